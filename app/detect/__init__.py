@@ -1,0 +1,34 @@
+"""spillguard's detection core: does this reply carry a tool call written out as text?
+
+What it decides. A request that declared tools gets a reply; the core says whether that reply's
+text is a tool call the model wrote out instead of making it: control markup of a known family
+(DeepSeek, DSML, Hermes/Qwen, GLM, Kimi, Mistral, Llama, harmony, xAI, MiniMax and the rest) at the
+start of a line, or a whole answer that is nothing but a JSON (or pythonic) call naming a declared
+tool. It reports the family, the tool name when one can be read, and where the markup starts.
+
+Why it is narrow. A false positive fails a good answer, so the core asks for structure, not
+resemblance: markers count only at a line start, outside Markdown fences and quotes (examples and
+explanations of a format pass); a JSON blob counts only when it is the whole answer, every key is
+tool-call vocabulary and the name is declared; a bare tool name, Python-call prose, HTML, links
+and code blocks pass. Requests without tools, or with a `json_schema` response format, are never
+inspected.
+
+How it runs. Sans-IO: pure functions and small state machines, no asyncio or HTTP imports. One
+`Scanner` serves both paths: a stream feeds it each delta and publishes what it returns; a whole
+reply is the same scanner fed once and finished, so the two cannot disagree. Each character is
+read a bounded number of times, and every regular expression sees a bounded window.
+"""
+
+from .scanner import Finding, Scanner, inspect_text
+from .tools import NO_TOOLS, ToolSet, declared_tools
+from .turn import TurnGuard
+
+__all__ = [
+    "NO_TOOLS",
+    "Finding",
+    "Scanner",
+    "ToolSet",
+    "TurnGuard",
+    "declared_tools",
+    "inspect_text",
+]

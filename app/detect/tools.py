@@ -1,0 +1,78 @@
+"""What a request declared: the tool names and their parameter names, read defensively."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """The function tools a request declared. `declared` is true even when no name is readable
+    (built-in tools, malformed entries): the request still asked for tool calling."""
+
+    declared: bool = False
+    names: frozenset[str] = frozenset()
+    params: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def all_params(self) -> frozenset[str]:
+        out: frozenset[str] = frozenset()
+        for p in self.params.values():
+            out |= p
+        return out
+
+
+NO_TOOLS = ToolSet()
+
+
+def _param_names(schema: Any) -> frozenset[str]:
+    if isinstance(schema, dict):
+        props = schema.get("properties")
+        if isinstance(props, dict):
+            return frozenset(k for k in props if isinstance(k, str))
+    return frozenset()
+
+
+def _read(entry: Any) -> tuple[str, frozenset[str]] | None:
+    """One tool entry in any of the three spellings: Chat Completions nested, legacy
+    `functions`, Responses flat."""
+    if not isinstance(entry, dict):
+        return None
+    fn = entry.get("function")
+    spec = fn if isinstance(fn, dict) else entry
+    if fn is None and entry.get("type", "function") != "function":
+        return None  # a built-in tool (web search, code interpreter, MCP): nothing to bind
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    return name, _param_names(spec.get("parameters"))
+
+
+def declared_tools(body: Any) -> ToolSet:
+    """The tools a request body declared, or NO_TOOLS when it declared none or must not be
+    inspected (a `json_schema` response format: the client validates that content itself)."""
+    if not isinstance(body, dict):
+        return NO_TOOLS
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        return NO_TOOLS
+    text = body.get("text")  # Responses API spelling of response_format
+    if isinstance(text, dict):
+        tfmt = text.get("format")
+        if isinstance(tfmt, dict) and tfmt.get("type") == "json_schema":
+            return NO_TOOLS
+    entries: list[Any] = []
+    for key in ("tools", "functions"):
+        value = body.get(key)
+        if isinstance(value, list):
+            entries.extend(value)
+    if not entries:
+        return NO_TOOLS
+    params: dict[str, frozenset[str]] = {}
+    for entry in entries:
+        read = _read(entry)
+        if read is not None:
+            params[read[0]] = read[1]
+    return ToolSet(declared=True, names=frozenset(params), params=params)
