@@ -149,7 +149,9 @@ class Scanner:
             if room > 0:
                 self._line += text[pos : min(stop, pos + room)]
             if self._judging and self._judge(line_complete=newline >= 0):
-                self._marker_family = self._marker_family or "unknown"
+                family = self._marker_family or "unknown"
+                # Provisional until finish() reads the family and name from the whole markup.
+                self.finding = Finding(family, None, self._line_start, self._field)
                 joined = "".join(self._pending)
                 self._keep_markup(joined[self._line_start - self._published :])
                 self._pending_len = self._line_start - self._published

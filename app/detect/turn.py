@@ -51,11 +51,12 @@ class TurnGuard:
 
     @property
     def finding(self) -> Finding | None:
-        """The settled finding (after `finish`), content first. Before `finish`, a marker found
-        in content is already reported, without its refined family and name."""
+        """The finding, content first. Before `finish`, a marker found in content is already
+        reported (without its refined family and name); reasoning counts only once the turn
+        has ended without a structured call."""
         if self.content.finding is not None:
             return self.content.finding
-        if not self.called and self.reasoning.finding is not None:
+        if self.finished and not self.called and self.reasoning.finding is not None:
             return self.reasoning.finding
         return None
 

@@ -1,0 +1,165 @@
+"""`spillguard demo`: what a client receives with and without spillguard, on a scripted upstream.
+
+Everything runs on loopback: a scripted model that misbehaves the way real ones do, spillguard in
+front of it, and the real `openai` SDK as the client, streamed and not. No network, no key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from .scripted import Raw, ScriptedUpstream, Turn, attempt, call
+from .serving import start_background
+from .settings import Settings
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+DEEPSEEK_LEAK = (
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+    '```json\n{"city": "Lisbon"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+)
+JSON_LEAK = '{"name": "get_weather", "arguments": {"city": "Lisbon"}}'
+DSML_LEAK = (
+    "<｜DSML｜function_calls>\n"
+    '<｜DSML｜invoke name="get_weather">\n'
+    '<｜DSML｜parameter name="city" string="true">Lisbon</｜DSML｜parameter>\n'
+    "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
+)
+HERMES_LEAK = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'
+REAL_CALL = Turn(tool_calls=[call("get_weather", {"city": "Lisbon"})])
+HONEST = Turn(content="It is sunny in Lisbon today, around 21 °C.")
+
+# scenario -> (what the model says on the first attempt, on the retry)
+SCENARIOS: dict[str, tuple[Turn, Turn]] = {
+    "DeepSeek markup leak": (Turn(content=DEEPSEEK_LEAK), REAL_CALL),
+    "JSON-blob leak": (Turn(content=JSON_LEAK), HONEST),
+    # Streamed with a pause per delta, as a model would: the prose is out before the markup comes.
+    "prose, then a leak": (
+        Turn(content="Let me check that.\n" + HERMES_LEAK, delay=0.02),
+        REAL_CALL,
+    ),
+    "double leak": (Turn(content=DSML_LEAK), Turn(content=HERMES_LEAK)),
+    "honest answer": (HONEST, HONEST),
+    "real tool call": (REAL_CALL, REAL_CALL),
+}
+
+
+def script(record: dict[str, Any]) -> Turn | Raw:
+    body = record.get("body") or {}
+    question = body.get("messages", [{}])[0].get("content", "")
+    first, second = SCENARIOS.get(question, (HONEST, HONEST))
+    return first if attempt(record) == 1 else second
+
+
+@dataclass
+class Seen:
+    text: str
+    calls: int = 0
+
+
+def _short(text: str, width: int = 46) -> str:
+    text = text.replace("\n", "⏎")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+async def ask(client: openai.AsyncOpenAI, question: str, stream: bool) -> str:
+    messages: Any = [{"role": "user", "content": question}]
+    try:
+        if not stream:
+            reply = await client.chat.completions.create(
+                model="scripted-model",
+                messages=messages,
+                tools=TOOLS,  # type: ignore[arg-type]
+            )
+            message = reply.choices[0].message
+            if message.tool_calls:
+                fn = message.tool_calls[0].function  # type: ignore[union-attr]
+                return f"tool call {fn.name}({fn.arguments})"
+            return f"text: {message.content!r}"
+        text, calls = "", dict[int, tuple[str, str]]()
+        events = await client.chat.completions.create(
+            model="scripted-model",
+            messages=messages,
+            tools=TOOLS,  # type: ignore[arg-type]
+            stream=True,
+        )
+        async for chunk in events:
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                for tc in choice.delta.tool_calls or []:
+                    name, args = calls.get(tc.index, ("", ""))
+                    fn = tc.function
+                    calls[tc.index] = (
+                        name + (fn.name or "" if fn else ""),
+                        args + (fn.arguments or "" if fn else ""),
+                    )
+        if calls:
+            name, args = calls[0]
+            return f"tool call {name}({args})" + (f" after {text!r}" if text else "")
+        return f"text: {text!r}"
+    except openai.APIStatusError as exc:
+        body = exc.body if isinstance(exc.body, dict) else {}
+        code = body.get("code") or (body.get("error") or {}).get("code")
+        return f"HTTP {exc.status_code} {code}"
+    except openai.APIError as exc:
+        return f"stream error {getattr(exc, 'code', None) or exc.message}"
+
+
+async def run_demo(out: Any = print) -> int:
+    upstream = await ScriptedUpstream(script).start()
+    proxy = await start_background(
+        Settings(upstream=upstream.url, port=0, log_level="ERROR", incidents_db="")
+    )
+    rows: list[tuple[str, str, str, str, int]] = []
+    try:
+        direct = openai.AsyncOpenAI(base_url=upstream.url, api_key="demo", max_retries=0)
+        guarded = openai.AsyncOpenAI(base_url=proxy.url, api_key="demo", max_retries=0)
+        for question in SCENARIOS:
+            for stream in (False, True):
+                without = await ask(direct, question, stream)
+                before = len(upstream.requests)
+                with_sg = await ask(guarded, question, stream)
+                calls = len(upstream.requests) - before
+                rows.append((question, "yes" if stream else "no", without, with_sg, calls))
+    finally:
+        await proxy.stop()
+        await upstream.stop()
+    header = ("scenario", "stream", "client gets WITHOUT spillguard", "client gets WITH spillguard")
+    widths = [22, 6, 48, 48]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + "  upstream calls"
+    out(line)
+    out("-" * len(line))
+    for question, streamed, without, with_sg, count in rows:
+        cells = (question, streamed, _short(without), _short(with_sg))
+        out("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + f"  {count}")
+    out("")
+    out("Without spillguard the leaked markup or JSON arrives as the answer and the tool never")
+    out("runs. With it, a leak is retried once with a corrective instruction; a second leak")
+    out("fails with HTTP 502 TEXT_ENCODED_TOOL_CALL (x-should-retry: false) instead of passing.")
+    leaked = [r for r in rows if "tool_call" in r[3] or "｜" in r[3] or '"name"' in r[3]]
+    return 1 if leaked else 0
+
+
+def main() -> int:
+    return asyncio.run(run_demo())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

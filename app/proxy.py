@@ -1,0 +1,272 @@
+"""The decision: pass, retry once, or fail, for a whole reply or a stream, over any wire format.
+
+A `Wire` knows one API's shapes (Chat Completions, Responses); this module knows only what to do
+with a finding. Streams are an async generator that first yields a `Head` (the status and headers
+to start the response with, decided as late as possible) and then bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .detect import Finding, ToolSet
+from .errors import LeakedToolCall, ReplyTooLarge, SpillguardError, UpstreamError
+from .observe import Outcome
+from .settings import Mode, Settings
+from .sse import Event, SSEDecoder
+from .upstream import Reply, Upstream, end_to_end
+
+KEEPALIVE = b": keep-alive\n\n"
+# Headers of a reply whose body spillguard may rewrite or re-frame.
+REFRAMED = frozenset({"content-length", "content-encoding"})
+
+
+class Stream(Protocol):
+    finding: Finding | None
+    done: bytes | None
+
+    @property
+    def certain(self) -> bool: ...
+    @property
+    def holding(self) -> int: ...
+    def feed(self, event: Event) -> list[Any]: ...
+    def finish(self) -> list[Any]: ...
+    def settle(self) -> None: ...
+    def leaked_text(self) -> str: ...
+
+
+class Wire(Protocol):
+    name: str
+
+    def inspect_reply(
+        self, reply: Any, tools: ToolSet, hold_limit: int
+    ) -> tuple[Finding, str] | None: ...
+    def retry_body(self, body: dict[str, Any], leaked: str, correction: str) -> dict[str, Any]: ...
+    def new_stream(self, tools: ToolSet, hold_limit: int, previous: Any | None) -> Any: ...
+    def error_event(self, error: SpillguardError, stream: Any) -> bytes: ...
+
+
+@dataclass
+class Exchange:
+    """One client request on its way through."""
+
+    method: str
+    url: str
+    headers: dict[str, str]  # to send upstream
+    body: bytes
+    obj: dict[str, Any]
+    tools: ToolSet
+    outcome: Outcome
+
+
+@dataclass
+class Head:
+    status: int
+    headers: dict[str, str]
+    sse: bool = True
+    body: bytes | None = None  # a complete response (errors) instead of a stream
+
+
+def action_headers(outcome: Outcome) -> dict[str, str]:
+    out = {"x-spillguard-action": outcome.action}
+    if outcome.family:
+        out["x-spillguard-family"] = outcome.family
+    return out
+
+
+class Guard:
+    def __init__(self, settings: Settings, upstream: Upstream, wire: Wire) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.wire = wire
+
+    def error_headers(self, error: SpillguardError) -> dict[str, str]:
+        if isinstance(error, LeakedToolCall) and self.settings.should_retry_header:
+            return {"x-should-retry": self.settings.should_retry_header}
+        return {}
+
+    def _leak(self, ex: Exchange, finding: Finding, attempt: int) -> LeakedToolCall:
+        ex.outcome.action = "failed"
+        return LeakedToolCall(
+            {
+                "tool_name": finding.tool_name,
+                "family": finding.family,
+                "request_id": ex.outcome.request_id,
+                "attempts": attempt,
+            }
+        )
+
+    def _note(self, ex: Exchange, finding: Finding, attempt: int) -> None:
+        ex.outcome.finding(finding.family, finding.tool_name, attempt, finding.excerpt)
+
+    # ---- whole replies -------------------------------------------------------------------
+
+    async def reply(self, ex: Exchange) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) for a non-streamed request."""
+        s = self.settings
+        body, obj = ex.body, ex.obj
+        for attempt in (1, 2):
+            ex.outcome.attempts = attempt
+            async with await self.upstream.open(
+                ex.method, ex.url, ex.headers, body, decode=True
+            ) as reply:
+                data = await reply.read(s.max_reply)
+                headers = end_to_end(reply.headers, REFRAMED)
+                status, ctype, identity = reply.status, reply.content_type, reply.identity
+                if not identity:  # compressed in a way spillguard cannot read: pass it as is
+                    headers = end_to_end(reply.headers, frozenset({"content-length"}))
+            if status != 200 or "json" not in ctype or not identity:
+                return status, headers, data  # the upstream's own answer, as it sent it
+            try:
+                parsed = json.loads(data)
+            except (ValueError, RecursionError):
+                return status, headers, data
+            found = self.wire.inspect_reply(parsed, ex.tools, s.hold_limit)
+            if found is None:
+                ex.outcome.action = "retried" if attempt == 2 else "passed"
+                return status, headers, data
+            finding, leaked = found
+            self._note(ex, finding, attempt)
+            if s.mode is Mode.OBSERVE:
+                ex.outcome.action = "observed"
+                return status, headers, data
+            if s.mode is Mode.FAIL or attempt == 2:
+                raise self._leak(ex, finding, attempt)
+            obj = self.wire.retry_body(obj, leaked, s.correction)
+            body = json.dumps(obj, ensure_ascii=False).encode()
+        raise AssertionError("unreachable")
+
+    # ---- streams -------------------------------------------------------------------------
+
+    async def stream(self, ex: Exchange) -> AsyncGenerator[Head | bytes, None]:
+        """Yields one Head, then the bytes of the client's stream. Errors before the Head become
+        an error response; after it, an error event in the wire's shape."""
+        started = False
+        try:
+            async for item in self._stream(ex):
+                if isinstance(item, Head):
+                    started = True
+                    ex.outcome.status = item.status
+                yield item
+        except SpillguardError as error:
+            ex.outcome.error = error.code
+            if ex.outcome.action in ("forwarded", "passed", "retried"):
+                ex.outcome.action = "failed" if isinstance(error, LeakedToolCall) else "error"
+            if started:
+                yield self.wire.error_event(error, None)
+            else:
+                ex.outcome.status = error.status
+                body = error.json_bytes()
+                yield Head(error.status, self.error_headers(error), sse=False, body=body)
+
+    def _head(self, ex: Exchange, attempt: int, headers: dict[str, str]) -> Head:
+        if self.settings.mode is Mode.OBSERVE:
+            ex.outcome.action = "observed"
+        else:
+            ex.outcome.action = "retried" if attempt == 2 else "passed"
+        return Head(200, headers | action_headers(ex.outcome))
+
+    async def _stream(self, ex: Exchange) -> AsyncGenerator[Head | bytes, None]:
+        s = self.settings
+        observe = s.mode is Mode.OBSERVE
+        body, obj = ex.body, ex.obj
+        committed = False
+        previous: Any | None = None
+        for attempt in (1, 2):
+            ex.outcome.attempts = attempt
+            async with await self.upstream.open(
+                ex.method, ex.url, ex.headers, body, decode=True
+            ) as reply:
+                if (
+                    reply.status != 200
+                    or reply.content_type != "text/event-stream"
+                    or not reply.identity
+                ):
+                    if committed:
+                        raise UpstreamError(f"Upstream answered the retry with {reply.status}")
+                    ex.outcome.action = "retried" if attempt == 2 else "passed"
+                    yield Head(reply.status, end_to_end(reply.headers), sse=False)
+                    async for data in reply.iter_raw():
+                        yield data
+                    return
+                headers = end_to_end(reply.headers, REFRAMED)
+                stream = self.wire.new_stream(ex.tools, s.hold_limit, previous)
+                decoder = SSEDecoder()
+                pending: list[bytes] = []
+                while True:
+                    if committed:
+                        chunk: bytes | None = await reply.chunk()
+                    else:
+                        chunk = await reply.wait_chunk(s.keepalive)
+                        if chunk is None:  # held back for long: start the response, keep it alive
+                            yield self._head(ex, attempt, headers)
+                            committed = True
+                            yield b"".join(pending) + KEEPALIVE
+                            pending.clear()
+                            continue
+                    outs: list[Any] = []
+                    for event in decoder.feed(chunk) if chunk else decoder.flush():
+                        fed = stream.feed(event)
+                        outs.extend([_Raw(event.raw)] if observe else fed)
+                    if not chunk:  # the upstream's stream ended
+                        if stream.certain:
+                            stream.settle()
+                        else:
+                            tail = stream.finish()
+                            if not observe and not stream.certain:
+                                outs.extend(tail)
+                                if stream.done is not None:
+                                    outs.append(_Raw(stream.done))
+                    # Output is publishable by construction. Before the response has started, a
+                    # certain finding drops it: the retry (or a real 502) replaces it whole.
+                    data = b"".join(o.data for o in outs)
+                    if committed:
+                        if data:
+                            yield data
+                    elif stream.certain and not observe:
+                        pass
+                    elif not chunk or any(o.meaningful for o in outs):
+                        yield self._head(ex, attempt, headers)
+                        committed = True
+                        yield b"".join(pending) + data
+                        pending.clear()
+                    else:
+                        pending.append(data)
+                    if stream.holding > s.hold_limit:
+                        raise ReplyTooLarge(f"Held back more than {s.hold_limit} characters")
+                    if not chunk or (stream.certain and not observe):
+                        break
+                if stream.certain and not observe and chunk:
+                    await self._drain(reply, decoder, stream)
+            finding = stream.finding
+            if finding is None:
+                return
+            self._note(ex, finding, attempt)
+            if observe:
+                return
+            if s.mode is Mode.FAIL or attempt == 2:
+                raise self._leak(ex, finding, attempt)
+            obj = self.wire.retry_body(obj, stream.leaked_text(), s.correction)
+            body = json.dumps(obj, ensure_ascii=False).encode()
+            previous = stream if committed else None
+
+    async def _drain(self, reply: Reply, decoder: SSEDecoder, stream: Any) -> None:
+        """Read the rest of a leaking reply (bounded) so its family and tool name settle."""
+        read = 0
+        while read < self.settings.hold_limit and stream.done is None:
+            chunk = await reply.chunk()
+            read += len(chunk)
+            for event in decoder.feed(chunk) if chunk else decoder.flush():
+                stream.feed(event)
+            if not chunk:
+                break
+        stream.settle()
+
+
+@dataclass
+class _Raw:
+    data: bytes
+    meaningful: bool = True

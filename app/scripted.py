@@ -1,0 +1,183 @@
+"""A scripted OpenAI-compatible upstream on loopback, for `spillguard demo` and the tests.
+
+It answers `POST /v1/chat/completions` with whatever its script returns for each request, in the
+wire format the request asked for (JSON, or SSE cut into small deltas), and records every request
+it receives. It never calls a model and needs no network beyond loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Turn:
+    """What the scripted model says: text, structured tool calls, or both."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning: str | None = None
+    delta_size: int = 4
+    delay: float = 0.0  # between stream chunks
+
+
+@dataclass
+class Raw:
+    """A reply given byte for byte (status, headers, body chunks), for faults and errors."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    chunks: list[bytes] = field(default_factory=list)
+    delay: float = 0.0
+
+
+Script = Callable[[dict[str, Any]], "Turn | Raw | Awaitable[Turn | Raw]"]
+
+
+def call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+def completion(turn: Turn, model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+    if turn.reasoning is not None:
+        message["reasoning_content"] = turn.reasoning
+    if turn.tool_calls:
+        message["tool_calls"] = turn.tool_calls
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if turn.tool_calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+def chunks(turn: Turn, model: str, usage: bool = False) -> list[bytes]:
+    """The turn as Chat Completions SSE events."""
+    base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1700000000}
+    base["model"] = model
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        body = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    out = [event({"role": "assistant", "content": ""})]
+    size = max(1, turn.delta_size)
+    for key, text in (("reasoning_content", turn.reasoning), ("content", turn.content)):
+        for i in range(0, len(text or ""), size):
+            out.append(event({key: (text or "")[i : i + size]}))
+    for index, tc in enumerate(turn.tool_calls):
+        first = {"index": index, "id": tc["id"], "type": "function"}
+        first["function"] = {"name": tc["function"]["name"], "arguments": ""}
+        out.append(event({"tool_calls": [first]}))
+        args = tc["function"]["arguments"]
+        for i in range(0, len(args), 8):
+            piece = {"index": index, "function": {"arguments": args[i : i + 8]}}
+            out.append(event({"tool_calls": [piece]}))
+    out.append(event({}, "tool_calls" if turn.tool_calls else "stop"))
+    if usage:
+        tail = {**base, "choices": [], "usage": {"prompt_tokens": 10, "total_tokens": 15}}
+        out.append(b"data: " + json.dumps(tail).encode() + b"\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+class ScriptedUpstream:
+    """Serve a script on 127.0.0.1; `requests` records (method, path, headers, json body)."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.requests: list[dict[str, Any]] = []
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self) -> ScriptedUpstream:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = runner_port(self._runner)
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        record = {
+            "method": request.method,
+            "path": request.path_qs,
+            "headers": dict(request.headers),
+            "body": body,
+            "raw": raw,
+            "at": time.monotonic(),
+        }
+        self.requests.append(record)
+        result = self.script(record)
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            result = await result
+        if isinstance(result, Raw):
+            return await self._raw(request, result)
+        assert isinstance(result, Turn)
+        model = body.get("model", "scripted") if isinstance(body, dict) else "scripted"
+        if isinstance(body, dict) and body.get("stream"):
+            opts = body.get("stream_options") or {}
+            events = chunks(result, model, usage=bool(opts.get("include_usage")))
+            headers = {"content-type": "text/event-stream", "x-request-id": "up-1"}
+            return await self._raw(request, Raw(200, headers, events, result.delay))
+        data = json.dumps(completion(result, model)).encode()
+        return web.Response(body=data, content_type="application/json")
+
+    async def _raw(self, request: web.Request, raw: Raw) -> web.StreamResponse:
+        response = web.StreamResponse(status=raw.status, headers=raw.headers)
+        await response.prepare(request)
+        for piece in raw.chunks:
+            if raw.delay:
+                await asyncio.sleep(raw.delay)
+            await response.write(piece)
+        await response.write_eof()
+        return response
+
+
+def runner_port(runner: web.AppRunner) -> int:
+    """The port an aiohttp runner's first site was bound to (port 0 picks a free one)."""
+    for address in runner.addresses:
+        return int(address[1])
+    raise RuntimeError("the runner has no bound site")
+
+
+def attempt(record: dict[str, Any]) -> int:
+    """Which attempt a request is: spillguard's retry appends an assistant turn."""
+    body = record.get("body") or {}
+    messages = body.get("messages") or []
+    return 1 + sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")

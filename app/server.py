@@ -1,0 +1,273 @@
+"""The ASGI application: routes, request bodies, responses. Thin by design."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
+
+from .chat import ChatWire
+from .detect import declared_tools
+from .errors import ClientError, SpillguardError
+from .observe import Observer, Outcome, setup_logging
+from .proxy import Exchange, Guard, Head, action_headers
+from .settings import Settings
+from .upstream import Upstream, end_to_end
+
+log = logging.getLogger("spillguard")
+T = TypeVar("T")
+# Request headers never forwarded: the upstream sees its own Host, and bodies are re-framed.
+REQUEST_DROP = frozenset({"host", "content-length", "expect"})
+
+
+class ClientGone(Exception):
+    """The client disconnected while spillguard was still waiting on the upstream."""
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it if the client disconnects first (Starlette does not cancel a
+    handler when its client leaves). Call only after the request body has been read."""
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if gone:
+            raise ClientGone() from None
+        raise
+    finally:
+        watcher.cancel()
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole request body, refused with 413 past `limit` (before reading, when declared)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ClientError(413, "REQUEST_TOO_LARGE", f"Request body exceeds {limit} bytes")
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise ClientError(413, "REQUEST_TOO_LARGE", f"Request body exceeds {limit} bytes")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def error_response(error: SpillguardError, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        error.json_bytes(), error.status, headers=headers, media_type="application/json"
+    )
+
+
+def create_app(settings: Settings) -> FastAPI:
+    upstream = Upstream(settings)
+    observer = Observer(settings)
+    chat = Guard(settings, upstream, ChatWire())
+    ready: dict[str, Any] = {"at": 0.0, "ok": False}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        setup_logging(settings)
+        await upstream.start()
+        log.info("spillguard ready", extra={"fields": {"upstream": upstream.origin}})
+        try:
+            yield
+        finally:
+            await upstream.close()
+
+    app = FastAPI(
+        title="spillguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+    app.state.upstream = upstream
+
+    @app.exception_handler(SpillguardError)
+    async def _spillguard_error(_: Request, error: SpillguardError) -> Response:
+        return error_response(error)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        now = time.monotonic()
+        if now - ready["at"] > 5:
+            ready["at"], ready["ok"] = now, await _probe(upstream)
+        body = {"status": "ready" if ready["ok"] else "upstream unreachable"}
+        return JSONResponse(body, status_code=200 if ready["ok"] else 503)
+
+    def outcome_for(request: Request, route: str) -> Outcome:
+        rid = request.headers.get("x-request-id") or f"sg-{uuid.uuid4().hex}"
+        return Outcome(request_id=rid[:128], route=route, mode=settings.mode.value)
+
+    def send_headers(request: Request, outcome: Outcome) -> dict[str, str]:
+        headers = end_to_end(request.headers, REQUEST_DROP)
+        headers["x-request-id"] = outcome.request_id
+        return headers
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        outcome = outcome_for(request, "chat")
+        try:
+            body = await read_body(request, settings.max_body)
+            url = upstream.url("chat/completions", request.url.query)
+            obj = _parse(body)
+            tools = declared_tools(obj)
+            headers = send_headers(request, outcome)
+            if obj is None or not tools.declared:
+                return await _forward(request, outcome, url, headers, body)
+            assert isinstance(obj, dict)
+            outcome.model = obj.get("model") if isinstance(obj.get("model"), str) else None
+            outcome.stream = obj.get("stream") is True
+            ex = Exchange("POST", url, headers, body, obj, tools, outcome)
+            if outcome.stream:
+                return await _streamed(request, chat, ex)
+            try:
+                status, rheaders, data = await until_disconnect(request, chat.reply(ex))
+            except SpillguardError as error:
+                outcome.status, outcome.error = error.status, error.code
+                return error_response(error, chat.error_headers(error) | _ids(outcome))
+            outcome.status = status
+            rheaders |= action_headers(outcome) | _ids(outcome)
+            return Response(data, status, headers=rheaders)
+        except SpillguardError as error:
+            outcome.status, outcome.error, outcome.action = error.status, error.code, "error"
+            return error_response(error, _ids(outcome))
+        except ClientGone:
+            outcome.status, outcome.action = 499, "client_gone"
+            return Response(status_code=499)
+        finally:
+            if not outcome.deferred:
+                observer.record(outcome)
+
+    async def _streamed(request: Request, guard: Guard, ex: Exchange) -> Response:
+        agen = guard.stream(ex)
+        try:
+            head = await until_disconnect(request, anext(agen))
+        except BaseException:
+            await agen.aclose()
+            raise
+        assert isinstance(head, Head)
+        headers = head.headers | _ids(ex.outcome)
+
+        async def rest() -> AsyncIterator[bytes]:
+            try:
+                async for item in agen:
+                    assert isinstance(item, bytes)
+                    yield item
+            finally:
+                await done()
+
+        async def done() -> None:
+            await agen.aclose()
+            observer.record(ex.outcome)
+
+        if head.body is not None:
+            await agen.aclose()
+            return Response(head.body, head.status, headers=headers, media_type="application/json")
+        ex.outcome.deferred = True
+        if not head.sse:
+            return StreamingResponse(
+                rest(), head.status, headers=headers, background=BackgroundTask(done)
+            )
+        return EventSourceResponse(
+            rest(),
+            background=BackgroundTask(done),
+            status_code=head.status,
+            headers=headers,
+            ping=int(settings.keepalive) or 1,
+            sep="\n",
+            ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
+            shutdown_grace_period=settings.graceful_timeout,
+        )
+
+    async def _forward(
+        request: Request, outcome: Outcome, url: str, headers: dict[str, str], body: Any
+    ) -> Response:
+        """Pass a request through untouched, streaming both ways."""
+        reply = await until_disconnect(request, upstream.open(request.method, url, headers, body))
+        outcome.status = reply.status
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for data in reply.iter_raw():
+                    yield data
+            finally:
+                reply.close()
+
+        rheaders = end_to_end(reply.headers) | _ids(outcome)
+        return StreamingResponse(relay(), reply.status, headers=rheaders)
+
+    @app.api_route(
+        "/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    )
+    async def passthrough(request: Request, rest: str) -> Response:
+        outcome = outcome_for(request, "other")
+        try:
+            raw_rest = request.scope.get("raw_path", b"").decode("latin-1").split("/v1/", 1)[-1]
+            url = upstream.url(raw_rest, request.url.query)
+            headers = send_headers(request, outcome)
+            declared = request.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > settings.max_body:
+                raise ClientError(413, "REQUEST_TOO_LARGE", "Request body too large")
+            body: Any = None
+            if request.method not in ("GET", "HEAD", "OPTIONS") or declared:
+                body = await read_body(request, settings.max_body)
+            return await _forward(request, outcome, url, headers, body)
+        except SpillguardError as error:
+            outcome.status, outcome.error, outcome.action = error.status, error.code, "error"
+            return error_response(error, _ids(outcome))
+        except ClientGone:
+            outcome.status, outcome.action = 499, "client_gone"
+            return Response(status_code=499)
+        finally:
+            observer.record(outcome)
+
+    return app
+
+
+def _ids(outcome: Outcome) -> dict[str, str]:
+    return {"x-request-id": outcome.request_id}
+
+
+def _parse(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+
+
+async def _probe(upstream: Upstream) -> bool:
+    """Reachable: any HTTP answer from the upstream's models route counts."""
+    try:
+        async with asyncio.timeout(3):
+            reply = await upstream.open("GET", upstream.url("models", ""), {}, None)
+            reply.close()
+        return True
+    except (SpillguardError, TimeoutError):
+        return False
+
+
+def app_from_env() -> FastAPI:
+    """The factory uvicorn calls in each worker; settings come from SPILLGUARD_* variables."""
+    return create_app(Settings())

@@ -1,0 +1,77 @@
+"""Running the application: in the foreground for the CLI, in the background for demo and tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+from .server import create_app
+from .settings import Settings
+
+
+def uvicorn_config(settings: Settings, **kw: Any) -> dict[str, Any]:
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "access_log": False,
+        "log_level": "warning",
+        "timeout_graceful_shutdown": settings.graceful_timeout,
+        "server_header": False,
+        "date_header": False,
+        **kw,
+    }
+
+
+def run(settings: Settings) -> None:
+    """Serve in the foreground until SIGINT or SIGTERM (then drain within the grace period)."""
+    if settings.workers > 1:
+        # Each worker builds its own app from the environment: hand the settings over there.
+        for name, value in settings.model_dump(mode="json").items():
+            if name == "proxy_keys":
+                value = ",".join(value)
+            os.environ[f"SPILLGUARD_{name.upper()}"] = str(value)
+        uvicorn.run(
+            "app.server:app_from_env",
+            factory=True,
+            workers=settings.workers,
+            **uvicorn_config(settings),
+        )
+    else:
+        uvicorn.run(create_app(settings), **uvicorn_config(settings))
+
+
+@dataclass
+class Running:
+    server: uvicorn.Server
+    task: asyncio.Task[None]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.task
+
+
+async def start_background(settings: Settings) -> Running:
+    """Start spillguard on 127.0.0.1 (port 0 picks a free one) inside the running loop."""
+    config = uvicorn.Config(create_app(settings), **uvicorn_config(settings, port=settings.port))
+    server = uvicorn.Server(config)
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("spillguard did not start")
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return Running(server, task, port)

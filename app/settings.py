@@ -1,0 +1,76 @@
+"""The one immutable settings object, read from flags and `SPILLGUARD_*` variables."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROVIDERS = {
+    "xai": "https://api.x.ai/v1",
+    "deepseek": "https://api.deepseek.com/v1",
+    "openai": "https://api.openai.com/v1",
+}
+
+DEFAULT_CORRECTION = (
+    "Your previous reply wrote a tool call out as text instead of calling the tool. "
+    "If a tool is needed, call it through the tool-calling interface; otherwise answer "
+    "the user in plain prose. Do not write tool-call markup or JSON tool calls as text."
+)
+
+
+class Mode(StrEnum):
+    RETRY = "retry"
+    FAIL = "fail"
+    OBSERVE = "observe"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPILLGUARD_", frozen=True, extra="ignore")
+
+    upstream: str = Field(
+        "http://127.0.0.1:8000/v1",
+        description="Base URL an SDK would use, or a provider shortcut: xai, deepseek, openai.",
+    )
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    mode: Mode = Mode.RETRY
+    correction: str = Field(DEFAULT_CORRECTION, description="Instruction sent with the retry.")
+    should_retry_header: str = Field(
+        "false", description="Value of x-should-retry on spillguard's own 502 ('' to omit)."
+    )
+    connect_timeout: Annotated[float, Field(gt=0)] = 10.0
+    read_timeout: Annotated[float, Field(gt=0)] = 120.0
+    total_timeout: Annotated[float, Field(gt=0)] = 600.0
+    hold_limit: Annotated[int, Field(ge=1024)] = 256 * 1024
+    max_body: Annotated[int, Field(ge=1024)] = 16 * 1024 * 1024
+    max_reply: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
+    keepalive: Annotated[float, Field(gt=0)] = 15.0
+    max_concurrency: Annotated[int, Field(ge=0)] = 0
+    upstream_key: SecretStr | None = None
+    proxy_keys: tuple[SecretStr, ...] = ()
+    leak_log_level: str = "WARNING"
+    excerpt_limit: Annotated[int, Field(ge=0)] = 2000
+    log_level: str = "INFO"
+    log_format: str = Field("console", pattern="^(console|json)$")
+    graceful_timeout: Annotated[float, Field(ge=0)] = 30.0
+    workers: Annotated[int, Field(ge=1)] = 1
+    incidents_db: str = "spillguard-incidents.sqlite3"
+
+    @field_validator("upstream")
+    @classmethod
+    def _resolve_upstream(cls, value: str) -> str:
+        value = PROVIDERS.get(value.strip().lower(), value.strip())
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("upstream must be an http(s) URL or one of: " + ", ".join(PROVIDERS))
+        return value.rstrip("/")
+
+    @field_validator("leak_log_level", "log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        value = value.upper()
+        if value not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("a log level: DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return value

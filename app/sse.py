@@ -1,0 +1,115 @@
+"""A sans-IO server-sent-events decoder that keeps every event's exact bytes.
+
+Feed it bytes as they arrive, cut anywhere (inside a line, inside a CRLF, inside a multi-byte
+character); it returns complete events. Each event carries the raw bytes it was made of, so an
+event spillguard does not change is forwarded byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MAX_EVENT = 1024 * 1024
+
+
+class SSEError(ValueError):
+    """The byte stream is not server-sent events spillguard can read (an event too large)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    raw: bytes
+    data: str | None = None  # the data lines joined by "\n"; None when the event had none
+    event: str | None = None  # the `event:` field (Responses API streams name their events)
+
+    @property
+    def is_comment(self) -> bool:
+        return self.data is None and self.event is None
+
+
+class SSEDecoder:
+    def __init__(self, max_event: int = DEFAULT_MAX_EVENT) -> None:
+        self._buf = bytearray()
+        self._scan = 0  # where the search for the next line end resumes
+        self._line_start = 0  # start in _buf of the current (incomplete) line
+        self._event_start = 0  # start in _buf of the event being assembled
+        self._data: list[bytes] = []
+        self._name: bytes | None = None
+        self._fields = False  # the event so far has a data or event field
+        self._max_event = max_event
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        buf = self._buf
+        buf += chunk
+        events: list[Event] = []
+        n, start, pos = len(buf), self._line_start, self._scan
+        while True:
+            lf = buf.find(b"\n", pos)
+            cr = buf.find(b"\r", pos, lf if lf >= 0 else n)
+            if cr >= 0:
+                if cr + 1 == n:  # a CR at the end may be the first half of a CRLF
+                    pos = cr
+                    break
+                end, nxt = cr, cr + 2 if buf[cr + 1] == 0x0A else cr + 1
+            elif lf >= 0:
+                end, nxt = lf, lf + 1
+            else:
+                pos = n
+                break
+            if end == start:  # a blank line ends the event
+                if self._fields or start > self._event_start:
+                    events.append(self._emit(bytes(buf[self._event_start : nxt])))
+                self._event_start = nxt
+            else:
+                self._field(bytes(buf[start:end]))
+            start = pos = nxt
+        if self._event_start:  # drop what has been delivered; keep the partial event
+            del buf[: self._event_start]
+            start -= self._event_start
+            pos -= self._event_start
+            self._event_start = 0
+        self._line_start, self._scan = start, pos
+        if len(buf) > self._max_event:
+            raise SSEError(f"an event exceeded {self._max_event} bytes")
+        return events
+
+    def flush(self) -> list[Event]:
+        """End of stream: an unterminated last event is still delivered (a proxy must not lose
+        it); its raw bytes are exactly what was received."""
+        if not self._buf:
+            return []
+        rest = bytes(self._buf)
+        tail = rest[self._line_start :].rstrip(b"\r\n")
+        if tail:
+            self._field(tail)
+        self._buf.clear()
+        self._line_start = self._scan = 0
+        return [self._emit(rest)]
+
+    def _field(self, line: bytes) -> None:
+        if line[:1] == b":":
+            return
+        name, _, value = line.partition(b":")
+        if value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+            self._fields = True
+        elif name == b"event":
+            self._name = value
+            self._fields = True
+
+    def _emit(self, raw: bytes) -> Event:
+        data = b"\n".join(self._data).decode("utf-8", "replace") if self._data else None
+        name = self._name.decode("utf-8", "replace") if self._name is not None else None
+        self._data, self._name, self._fields = [], None, False
+        return Event(raw=raw, data=data, event=name)
+
+
+def encode_data(data: str) -> bytes:
+    """One `data:` event; `data` must be single-line (JSON is)."""
+    return b"data: " + data.encode() + b"\n\n"
+
+
+def encode_event(name: str, data: str) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + data.encode() + b"\n\n"

@@ -1,0 +1,234 @@
+"""The upstream hop, on aiohttp: one pooled session, strict hygiene, and foreign errors mapped.
+
+Hygiene: no cookie jar (one user's Set-Cookie must never reach another), no environment proxies,
+no redirects, no transparent decompression (bytes pass as sent; routes that inspect ask for an
+identity encoding and decode gzip or deflate themselves if the upstream compresses anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from .errors import ClientError, ReplyTooLarge, UpstreamTimeout, UpstreamUnavailable
+from .settings import Settings
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+
+def end_to_end(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Headers minus hop-by-hop ones, those named in Connection, and `drop` (lower case)."""
+    named: set[str] = set()
+    for value in _getall(headers, "connection"):
+        named.update(t.strip().lower() for t in value.split(","))
+    out: dict[str, str] = {}
+    for key, value in headers.items():
+        low = key.lower()
+        if low in HOP_BY_HOP or low in named or low in drop:
+            continue
+        out[key] = f"{out[key]}, {value}" if key in out else value
+    return out
+
+
+def _getall(headers: Mapping[str, str], key: str) -> list[str]:
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return list(getall(key, []))
+    value = headers.get(key)
+    return [value] if value is not None else []
+
+
+def target_path(base_path: str, rest: str) -> str:
+    """`<base path>/<rest>`, refusing anything that could leave the configured origin or path."""
+    decoded = unquote(unquote(rest))
+    if (
+        rest.startswith("/")
+        or "\\" in decoded
+        or "@" in decoded
+        or "://" in decoded
+        or any(seg in (".", "..") for seg in decoded.split("/"))
+        or "//" in decoded
+        or any(ord(c) < 0x20 for c in decoded)
+    ):
+        raise ClientError(400, "INVALID_PATH", "Request path is not allowed")
+    return f"{base_path.rstrip('/')}/{rest}"
+
+
+class Reply:
+    """An upstream response being read; release it with `async with` or `close()`."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, deadline: float, decode: bool) -> None:
+        self.status = resp.status
+        self.headers: CIMultiDictProxy[str] = resp.headers
+        self._resp = resp
+        self._deadline = deadline
+        encoding = resp.headers.get("content-encoding", "").strip().lower()
+        self.decoded = decode and encoding in ("gzip", "deflate", "x-gzip")
+        self._zlib = zlib.decompressobj(47 if "gzip" in encoding else 15) if self.decoded else None
+        self._pending: asyncio.Future[bytes] | None = None
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";")[0].strip().lower()
+
+    @property
+    def identity(self) -> bool:
+        """The body can be read as text: not compressed, or decoded here."""
+        enc = self.headers.get("content-encoding", "identity").strip().lower()
+        return enc in ("", "identity") or self.decoded
+
+    async def _read_raw(self) -> bytes:
+        try:
+            data = await self._resp.content.readany()
+        except TimeoutError as exc:
+            raise UpstreamTimeout("Upstream stopped sending") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamUnavailable(f"Upstream connection failed: {type(exc).__name__}") from exc
+        if self._zlib is not None:
+            try:
+                data = self._zlib.decompress(data) if data else self._zlib.flush()
+            except zlib.error as exc:
+                raise UpstreamUnavailable("Upstream sent a corrupt compressed body") from exc
+        return data
+
+    async def chunk(self) -> bytes:
+        """The next piece of the body; b"" at the end. The total deadline applies."""
+        if self._pending is not None:
+            return await self.wait_chunk(None) or b""
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                return await self._read_raw()
+        except TimeoutError as exc:
+            raise UpstreamTimeout("Upstream exceeded the total deadline") from exc
+
+    async def wait_chunk(self, wait: float | None) -> bytes | None:
+        """Like `chunk`, but give up waiting after `wait` seconds and return None; the read
+        goes on and the next call picks it up."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._read_raw())
+        loop = asyncio.get_running_loop()
+        left = self._deadline - loop.time()
+        limit = left if wait is None else min(wait, left)
+        done, _ = await asyncio.wait({self._pending}, timeout=max(limit, 0))
+        if not done:
+            if loop.time() >= self._deadline:
+                self._pending.cancel()
+                self._pending = None
+                raise UpstreamTimeout("Upstream exceeded the total deadline")
+            return None
+        task, self._pending = self._pending, None
+        return task.result()
+
+    async def iter_raw(self) -> AsyncIterator[bytes]:
+        while data := await self.chunk():
+            yield data
+
+    async def read(self, limit: int) -> bytes:
+        parts, size = [], 0
+        while data := await self.chunk():
+            size += len(data)
+            if size > limit:
+                raise ReplyTooLarge(f"Upstream reply exceeded {limit} bytes")
+            parts.append(data)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        self._resp.close()
+
+    async def __aenter__(self) -> Reply:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Upstream:
+    """The configured upstream origin and a pooled session to it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        parts = urlsplit(settings.upstream)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.base_path = parts.path
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        s = self.settings
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=s.connect_timeout, sock_read=s.read_timeout
+            ),
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def open_connections(self) -> int:
+        connector = self._session.connector if self._session else None
+        return len(getattr(connector, "_acquired", ())) if connector else 0
+
+    def url(self, rest: str, query: str) -> str:
+        path = target_path(self.base_path, rest)
+        return f"{self.origin}{path}" + (f"?{query}" if query else "")
+
+    async def open(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: Any,
+        *,
+        decode: bool = False,
+    ) -> Reply:
+        """Send a request and return once the response headers are in."""
+        assert self._session is not None, "Upstream.start() was not called"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.total_timeout
+        send = CIMultiDict(headers)
+        if decode:
+            send["Accept-Encoding"] = "identity"
+        try:
+            async with asyncio.timeout_at(deadline):
+                resp = await self._session.request(
+                    method, url, headers=send, data=body, allow_redirects=False
+                )
+        except TimeoutError as exc:
+            raise UpstreamTimeout("Upstream did not answer in time") from exc
+        except aiohttp.ServerTimeoutError as exc:
+            raise UpstreamTimeout("Upstream did not answer in time") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamUnavailable(f"Upstream is unreachable: {type(exc).__name__}") from exc
+        return Reply(resp, deadline, decode)
