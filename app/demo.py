@@ -100,7 +100,7 @@ async def ask(client: openai.AsyncOpenAI, question: str, stream: bool) -> str:
             tools=TOOLS,  # type: ignore[arg-type]
             stream=True,
         )
-        async for chunk in events:
+        async for chunk in events:  # type: ignore[union-attr]
             for choice in chunk.choices:
                 text += choice.delta.content or ""
                 for tc in choice.delta.tool_calls or []:
