@@ -137,7 +137,7 @@ class ScriptedUpstream:
         record = {
             "method": request.method,
             "path": request.path_qs,
-            "headers": dict(request.headers),
+            "headers": {k.lower(): v for k, v in request.headers.items()},
             "body": body,
             "raw": raw,
             "at": time.monotonic(),
