@@ -30,6 +30,12 @@ SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
     ("--excerpt-limit", {"type": int, "help": "characters of leaked text logged (2000)"}),
     ("--graceful-timeout", {"type": float, "help": "seconds to drain on SIGTERM (30)"}),
     ("--workers", {"type": int, "help": "worker processes (default 1)"}),
+    ("--max-concurrency", {"type": int, "help": "requests in flight before 503 (0: no limit)"}),
+    (
+        "--proxy-key",
+        {"action": "append", "dest": "proxy_keys", "help": "a key clients must present"},
+    ),
+    ("--proxy-key-file", {"help": "file with one proxy key per line"}),
 ]
 
 
@@ -46,6 +52,8 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     given = {k: v for k, v in vars(args).items() if v is not None}
+    if "proxy_keys" in given:
+        given["proxy_keys"] = tuple(given["proxy_keys"])
     return Settings(**given)
 
 

@@ -19,6 +19,7 @@ from starlette.background import BackgroundTask
 from .chat import ChatWire
 from .detect import declared_tools
 from .errors import ClientError, SpillguardError
+from .guardrails import Guardrails
 from .observe import Observer, Outcome, setup_logging
 from .proxy import Exchange, Guard, Head, action_headers
 from .settings import Settings
@@ -99,6 +100,7 @@ def create_app(settings: Settings) -> FastAPI:
         title="spillguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.upstream = upstream
+    app.add_middleware(Guardrails, settings=settings)
 
     @app.exception_handler(SpillguardError)
     async def _spillguard_error(_: Request, error: SpillguardError) -> Response:
@@ -120,8 +122,17 @@ def create_app(settings: Settings) -> FastAPI:
         rid = request.headers.get("x-request-id") or f"sg-{uuid.uuid4().hex}"
         return Outcome(request_id=rid[:128], route=route, mode=settings.mode.value)
 
+    upstream_auth = (
+        {"authorization": f"Bearer {settings.upstream_key.get_secret_value()}"}
+        if settings.upstream_key
+        else {}
+    )
+    drop = REQUEST_DROP | (
+        {"authorization", "api-key"} if settings.proxy_keys or settings.upstream_key else set()
+    )
+
     def send_headers(request: Request, outcome: Outcome) -> dict[str, str]:
-        headers = end_to_end(request.headers, REQUEST_DROP)
+        headers = end_to_end(request.headers, drop) | upstream_auth
         headers["x-request-id"] = outcome.request_id
         return headers
 

@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import os
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import uvicorn
+from pydantic import SecretStr
 
 from .server import create_app
 from .settings import Settings
@@ -33,10 +35,7 @@ def run(settings: Settings) -> None:
     """Serve in the foreground until SIGINT or SIGTERM (then drain within the grace period)."""
     if settings.workers > 1:
         # Each worker builds its own app from the environment: hand the settings over there.
-        for name, value in settings.model_dump(mode="json").items():
-            if name == "proxy_keys":
-                value = ",".join(value)
-            os.environ[f"SPILLGUARD_{name.upper()}"] = str(value)
+        os.environ.update(settings_env(settings))
         uvicorn.run(
             "app.server:app_from_env",
             factory=True,
@@ -45,6 +44,23 @@ def run(settings: Settings) -> None:
         )
     else:
         uvicorn.run(create_app(settings), **uvicorn_config(settings))
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The settings as SPILLGUARD_* variables, secrets in clear (for child processes only)."""
+    env: dict[str, str] = {}
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if name == "proxy_key_file" or value is None:
+            continue  # the file's keys are already in proxy_keys
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        elif name == "proxy_keys":
+            value = ",".join(k.get_secret_value() for k in value)
+        elif isinstance(value, Enum):
+            value = value.value
+        env[f"SPILLGUARD_{name.upper()}"] = str(value)
+    return env
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PROVIDERS = {
     "xai": "https://api.x.ai/v1",
@@ -49,8 +49,13 @@ class Settings(BaseSettings):
     max_reply: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
     keepalive: Annotated[float, Field(gt=0)] = 15.0
     max_concurrency: Annotated[int, Field(ge=0)] = 0
-    upstream_key: SecretStr | None = None
-    proxy_keys: tuple[SecretStr, ...] = ()
+    upstream_key: SecretStr | None = Field(
+        None, description="Key injected upstream as a bearer token, replacing the client's."
+    )
+    proxy_keys: Annotated[tuple[SecretStr, ...], NoDecode] = Field(
+        (), description="Keys clients must present (comma-separated in the environment)."
+    )
+    proxy_key_file: str | None = Field(None, description="File with one proxy key per line.")
     leak_log_level: str = "WARNING"
     excerpt_limit: Annotated[int, Field(ge=0)] = 2000
     log_level: str = "INFO"
@@ -66,6 +71,24 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("upstream must be an http(s) URL or one of: " + ", ".join(PROVIDERS))
         return value.rstrip("/")
+
+    @field_validator("proxy_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(k.strip() for k in value.split(",") if k.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _read_key_file(self) -> Settings:
+        if self.proxy_key_file:
+            try:
+                with open(self.proxy_key_file, encoding="utf-8") as f:
+                    keys = tuple(SecretStr(line.strip()) for line in f if line.strip())
+            except OSError as exc:
+                raise ValueError(f"cannot read proxy_key_file: {exc.strerror}") from None
+            object.__setattr__(self, "proxy_keys", self.proxy_keys + keys)
+        return self
 
     @field_validator("leak_log_level", "log_level")
     @classmethod

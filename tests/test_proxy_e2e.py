@@ -183,9 +183,10 @@ async def test_stream_retry_leak_after_prose_ends_with_error_event(harness: Any)
 
 async def test_leak_at_stream_start_is_a_real_502(harness: Any) -> None:
     h = await harness(Turn(content=LEAKS["kimi"], delay=0.01), mode="fail")
-    async with h.http() as http, http.stream(
-        "POST", "/chat/completions", json=chat_body(stream=True)
-    ) as r:
+    async with (
+        h.http() as http,
+        http.stream("POST", "/chat/completions", json=chat_body(stream=True)) as r,
+    ):
         body = await r.aread()
     assert r.status_code == 502
     assert json.loads(body)["error"]["code"] == "TEXT_ENCODED_TOOL_CALL"

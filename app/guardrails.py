@@ -1,0 +1,76 @@
+"""ASGI middleware in front of the proxy routes: proxy keys and bounded concurrency.
+
+Pure ASGI (no BaseHTTPMiddleware), so a streamed response counts as in flight until it ends.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .errors import ClientError
+from .settings import Settings
+
+
+def _reject(error: ClientError, extra: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+    body = error.json_bytes()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *extra,
+    ]
+    return [
+        {"type": "http.response.start", "status": error.status, "headers": headers},
+        {"type": "http.response.body", "body": body},
+    ]
+
+
+def bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            return token.strip() if scheme.lower() == b"bearer" else None
+    for name, value in headers:
+        if name == b"api-key":  # Azure-style clients
+            return value.strip()
+    return None
+
+
+class Guardrails:
+    """Requires a proxy key on /v1 routes when configured, and answers 503 with retry-after
+    past `max_concurrency` requests in flight (0: unbounded)."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.keys = [k.get_secret_value().encode() for k in settings.proxy_keys]
+        self.limit = settings.max_concurrency
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+            await self.app(scope, receive, send)
+            return
+        if self.keys and not self._authorized(scope["headers"]):
+            error = ClientError(401, "INVALID_PROXY_KEY", "Missing or invalid spillguard key")
+            for message in _reject(error, [(b"www-authenticate", b"Bearer")]):
+                await send(message)
+            return
+        if self.limit and self.in_flight >= self.limit:
+            error = ClientError(503, "OVERLOADED", "spillguard is at its concurrency limit")
+            for message in _reject(error, [(b"retry-after", b"1")]):
+                await send(message)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    def _authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        token = bearer(headers) or b""
+        ok = False
+        for key in self.keys:  # compare with every key: the time taken says nothing
+            ok |= hmac.compare_digest(token, key)
+        return ok
