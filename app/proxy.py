@@ -60,6 +60,7 @@ class Exchange:
     obj: dict[str, Any]
     tools: ToolSet
     outcome: Outcome
+    current: Any = None  # the stream being edited, for an error event's place in it
 
 
 @dataclass
@@ -156,7 +157,7 @@ class Guard:
             if ex.outcome.action in ("forwarded", "passed", "retried"):
                 ex.outcome.action = "failed" if isinstance(error, LeakedToolCall) else "error"
             if started:
-                yield self.wire.error_event(error, None)
+                yield self.wire.error_event(error, ex.current)
             else:
                 ex.outcome.status = error.status
                 body = error.json_bytes()
@@ -193,7 +194,7 @@ class Guard:
                         yield data
                     return
                 headers = end_to_end(reply.headers, REFRAMED)
-                stream = self.wire.new_stream(ex.tools, s.hold_limit, previous)
+                stream = ex.current = self.wire.new_stream(ex.tools, s.hold_limit, previous)
                 decoder = SSEDecoder()
                 pending: list[bytes] = []
                 while True:

@@ -101,6 +101,97 @@ def chunks(turn: Turn, model: str, usage: bool = False) -> list[bytes]:
     return out
 
 
+def _response(turn: Turn, model: str, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": "resp_scripted",
+        "object": "response",
+        "created_at": 1700000000,
+        "status": status,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "metadata": {},
+        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+    }
+
+
+def output_items(turn: Turn) -> list[dict[str, Any]]:
+    """The turn as Responses API output items."""
+    items: list[dict[str, Any]] = []
+    if turn.reasoning is not None:
+        summary = [{"type": "summary_text", "text": turn.reasoning}]
+        items.append({"id": "rs_1", "type": "reasoning", "summary": summary})
+    if turn.content is not None:
+        part = {"type": "output_text", "text": turn.content, "annotations": [], "logprobs": []}
+        message = {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant"}
+        items.append({**message, "content": [part]})
+    for tc in turn.tool_calls:
+        fn = tc["function"]
+        items.append(
+            {
+                "id": "fc_" + tc["id"],
+                "type": "function_call",
+                "call_id": tc["id"],
+                "name": fn["name"],
+                "arguments": fn["arguments"],
+                "status": "completed",
+            }
+        )
+    return items
+
+
+def response_object(turn: Turn, model: str) -> dict[str, Any]:
+    return _response(turn, model, "completed", output_items(turn))
+
+
+def response_events(turn: Turn, model: str) -> list[bytes]:
+    """The turn as Responses API SSE events, text cut into small deltas."""
+    events: list[bytes] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        body = {"type": kind, "sequence_number": len(events), **fields}
+        events.append(f"event: {kind}\ndata: {json.dumps(body)}\n\n".encode())
+
+    emit("response.created", response=_response(turn, model, "in_progress", []))
+    emit("response.in_progress", response=_response(turn, model, "in_progress", []))
+    size = max(1, turn.delta_size)
+    for oi, item in enumerate(output_items(turn)):
+        if item["type"] == "reasoning":
+            emit("response.output_item.added", output_index=oi, item={**item, "summary": []})
+            text = item["summary"][0]["text"]
+            common = {"item_id": item["id"], "output_index": oi, "summary_index": 0}
+            for i in range(0, len(text), size):
+                emit("response.reasoning_summary_text.delta", **common, delta=text[i : i + size])
+            emit("response.reasoning_summary_text.done", **common, text=text)
+        elif item["type"] == "message":
+            opened = {**item, "status": "in_progress", "content": []}
+            emit("response.output_item.added", output_index=oi, item=opened)
+            common = {"item_id": item["id"], "output_index": oi, "content_index": 0}
+            empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            emit("response.content_part.added", **common, part=empty)
+            text = item["content"][0]["text"]
+            for i in range(0, len(text), size):
+                emit("response.output_text.delta", **common, delta=text[i : i + size], logprobs=[])
+            emit("response.output_text.done", **common, text=text, logprobs=[])
+            emit("response.content_part.done", **common, part=item["content"][0])
+        else:
+            opened = {**item, "arguments": "", "status": "in_progress"}
+            emit("response.output_item.added", output_index=oi, item=opened)
+            common = {"item_id": item["id"], "output_index": oi}
+            args = item["arguments"]
+            for i in range(0, len(args), 8):
+                emit("response.function_call_arguments.delta", **common, delta=args[i : i + 8])
+            emit("response.function_call_arguments.done", **common, arguments=args)
+        emit("response.output_item.done", output_index=oi, item=item)
+    emit("response.completed", response=response_object(turn, model))
+    return events
+
+
 class ScriptedUpstream:
     """Serve a script on 127.0.0.1; `requests` records (method, path, headers, json body)."""
 
@@ -150,6 +241,13 @@ class ScriptedUpstream:
             return await self._raw(request, result)
         assert isinstance(result, Turn)
         model = body.get("model", "scripted") if isinstance(body, dict) else "scripted"
+        if request.path.endswith("/responses"):
+            if isinstance(body, dict) and body.get("stream"):
+                headers = {"content-type": "text/event-stream"}
+                reply = Raw(200, headers, response_events(result, model), result.delay)
+                return await self._raw(request, reply)
+            data = json.dumps(response_object(result, model)).encode()
+            return web.Response(body=data, content_type="application/json")
         if isinstance(body, dict) and body.get("stream"):
             opts = body.get("stream_options") or {}
             events = chunks(result, model, usage=bool(opts.get("include_usage")))
@@ -179,5 +277,7 @@ def runner_port(runner: web.AppRunner) -> int:
 def attempt(record: dict[str, Any]) -> int:
     """Which attempt a request is: spillguard's retry appends an assistant turn."""
     body = record.get("body") or {}
-    messages = body.get("messages") or []
+    messages = body.get("messages") or body.get("input") or []
+    if isinstance(messages, str):
+        return 1
     return 1 + sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")

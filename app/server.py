@@ -22,6 +22,7 @@ from .errors import ClientError, SpillguardError
 from .guardrails import Guardrails
 from .observe import Observer, Outcome, setup_logging
 from .proxy import Exchange, Guard, Head, action_headers
+from .responses import ResponsesWire
 from .settings import Settings
 from .upstream import Upstream, end_to_end
 
@@ -84,6 +85,7 @@ def create_app(settings: Settings) -> FastAPI:
     upstream = Upstream(settings)
     observer = Observer(settings)
     chat = Guard(settings, upstream, ChatWire())
+    responses_guard = Guard(settings, upstream, ResponsesWire())
     ready: dict[str, Any] = {"at": 0.0, "ok": False}
 
     @asynccontextmanager
@@ -138,10 +140,18 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        outcome = outcome_for(request, "chat")
+        return await inspected(request, chat, "chat", "chat/completions")
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await inspected(request, responses_guard, "responses", "responses")
+
+    async def inspected(request: Request, guard: Guard, route: str, path: str) -> Response:
+        """A route whose replies are inspected: chat completions, responses."""
+        outcome = outcome_for(request, route)
         try:
             body = await read_body(request, settings.max_body)
-            url = upstream.url("chat/completions", request.url.query)
+            url = upstream.url(path, request.url.query)
             obj = _parse(body)
             tools = declared_tools(obj)
             headers = send_headers(request, outcome)
@@ -152,12 +162,12 @@ def create_app(settings: Settings) -> FastAPI:
             outcome.stream = obj.get("stream") is True
             ex = Exchange("POST", url, headers, body, obj, tools, outcome)
             if outcome.stream:
-                return await _streamed(request, chat, ex)
+                return await _streamed(request, guard, ex)
             try:
-                status, rheaders, data = await until_disconnect(request, chat.reply(ex))
+                status, rheaders, data = await until_disconnect(request, guard.reply(ex))
             except SpillguardError as error:
                 outcome.status, outcome.error = error.status, error.code
-                return error_response(error, chat.error_headers(error) | _ids(outcome))
+                return error_response(error, guard.error_headers(error) | _ids(outcome))
             outcome.status = status
             rheaders |= action_headers(outcome) | _ids(outcome)
             return Response(data, status, headers=rheaders)
