@@ -67,11 +67,11 @@ def canon(text: str) -> str:
     return _BAR_RUN.sub("|", folded) if "||" in folded else folded
 
 
-def _canon_marker(marker: str) -> str:
-    return canon(marker)
+_CANONICAL = tuple((canon(m), fam) for m, fam in MARKERS.items())
 
-
-_CANONICAL = tuple((_canon_marker(m), fam) for m, fam in MARKERS.items())
+_BY_MARKER = dict(_CANONICAL)
+_LENGTHS = sorted({len(m) for m in _BY_MARKER})
+_PREFIXES = frozenset(m[:i] for m in _BY_MARKER for i in range(1, len(m) + 1))
 
 # Characters a line may start with (after up to three spaces) and still open a marker.
 MARKER_FIRST_CHARS = frozenset(m[0] for m, _ in _CANONICAL) | {"\\"}
@@ -83,16 +83,17 @@ def judge_head(head: str, line_complete: bool) -> tuple[str, str | None]:
     """Judge the start of a line (indentation already removed).
 
     Returns (FOUND, family) when it opens a marker, (HOLD, None) while it could still become one,
-    and (RELEASE, None) once it cannot.
+    and (RELEASE, None) once it cannot. Set look-ups only: most heads are rejected by their first
+    two characters.
     """
     folded = canon(head[:MAX_HEAD])
-    viable = False
-    for marker, family in _CANONICAL:
-        if folded.startswith(marker):
+    if folded[:2] not in _PREFIXES:
+        return RELEASE, None
+    for length in _LENGTHS:
+        family = _BY_MARKER.get(folded[:length])
+        if family is not None:
             return FOUND, family
-        if not viable and marker.startswith(folded):
-            viable = True
-    if viable and not line_complete and len(head) < MAX_HEAD:
+    if folded in _PREFIXES and not line_complete and len(head) < MAX_HEAD:
         return HOLD, None
     return RELEASE, None
 

@@ -15,6 +15,7 @@ cut into deltas; feeding the whole text at once is the whole-reply check.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from . import markers
@@ -23,6 +24,10 @@ from .markers import FOUND, HOLD, MARKER_FIRST_CHARS
 from .tools import ToolSet
 
 _LINE_CAP = 256  # of a line we keep only its head: enough for fences and markers
+# A line that may matter: up to three spaces, then a marker's first character or a fence.
+_INTERESTING = re.compile(
+    "^ {0,3}[" + re.escape("".join(sorted(MARKER_FIRST_CHARS | {"`", "~"}))) + "]", re.M
+)
 DEFAULT_HOLD_LIMIT = 256 * 1024
 DEFAULT_MARKUP_LIMIT = 64 * 1024
 
@@ -141,27 +146,42 @@ class Scanner:
         return joined[:cut]
 
     def _scan_lines(self, text: str, base: int) -> None:
-        pos, end = 0, len(text)
-        while pos < end:
-            newline = text.find("\n", pos)
-            stop = end if newline < 0 else newline
-            room = _LINE_CAP - len(self._line)
-            if room > 0:
-                self._line += text[pos : min(stop, pos + room)]
-            if self._judging and self._judge(line_complete=newline >= 0):
-                family = self._marker_family or "unknown"
-                # Provisional until finish() reads the family and name from the whole markup.
-                self.finding = Finding(family, None, self._line_start, self._field)
-                joined = "".join(self._pending)
-                self._keep_markup(joined[self._line_start - self._published :])
-                self._pending_len = self._line_start - self._published
-                self._pending = [joined[: self._pending_len]]
-                return
-            if newline < 0:
+        """Judge line heads. Lines that start with neither a marker's first character nor a
+        fence character can neither open a marker nor change the fence state, so complete
+        lines in between are skipped by one regular-expression scan."""
+        first = text.find("\n")
+        room = _LINE_CAP - len(self._line)
+        if room > 0:  # the current line goes on
+            self._line += text[: min(room, len(text) if first < 0 else first)]
+        if self._judging and self._judge(line_complete=first >= 0):
+            self._found_marker()
+            return
+        if first < 0:
+            return
+        self._end_line()
+        last = text.rfind("\n")
+        for match in _INTERESTING.finditer(text, first + 1, last + 1):
+            start = match.start()
+            stop = text.find("\n", start)
+            self._line = text[start : min(stop, start + _LINE_CAP)]
+            self._line_start, self._judging = base + start, True
+            if self._judge(line_complete=True):
+                self._found_marker()
                 return
             self._end_line()
-            self._line, self._line_start, self._judging = "", base + newline + 1, True
-            pos = newline + 1
+        self._line = text[last + 1 : last + 1 + _LINE_CAP]
+        self._line_start, self._judging = base + last + 1, True
+        if self._judge(line_complete=False):
+            self._found_marker()
+
+    def _found_marker(self) -> None:
+        # Provisional until finish() reads the family and name from the whole markup.
+        family = self._marker_family or "unknown"
+        self.finding = Finding(family, None, self._line_start, self._field)
+        joined = "".join(self._pending)
+        self._keep_markup(joined[self._line_start - self._published :])
+        self._pending_len = self._line_start - self._published
+        self._pending = [joined[: self._pending_len]]
 
     def _judge(self, line_complete: bool) -> bool:
         """Judge the current line head; True when it opens a marker."""
