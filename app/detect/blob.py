@@ -46,6 +46,8 @@ class BlobProbe:
         self._ticks = 0
         self._info = 0
         self._fenced = False
+        self._fence_char = "`"
+        self._pythonic = False  # the top-level array holds pythonic calls, not JSON objects
         self._key: list[str] = []
         self._current_key = ""
         self._in_array = False
@@ -74,12 +76,12 @@ class BlobProbe:
         if s == "start":
             if ch in _WS:
                 return True
-            if ch == "`":
-                self._state, self._ticks = "fence_open", 1
+            if ch in "`~":
+                self._state, self._ticks, self._fence_char = "fence_open", 1, ch
                 return True
             return self._open_value(ch)
         if s == "fence_open":
-            if ch == "`" and self._info == 0:
+            if ch == self._fence_char and self._info == 0:
                 self._ticks += 1
                 return True
             if self._ticks < 3:
@@ -158,12 +160,15 @@ class BlobProbe:
                 self._state = "key_or_end"
                 return True
             return ch == "}" and self._close_object()
-        if s == "array_elem":  # after "[" or "," inside a top-level array of calls
+        if s == "array_elem":  # after "," inside a top-level array of calls
             if ch in _WS:
                 return True
-            if ch == "{":
+            if ch == "{" and not self._pythonic:
                 self._state = "key_or_end"
                 return True
+            if self._pythonic and (ch.isalpha() or ch == "_"):
+                self._state, self._ident = "py_name", [ch]
+                return self._ident_viable()
             return False
         if s == "array_first":  # right after a top-level "["
             if ch in _WS:
@@ -172,7 +177,7 @@ class BlobProbe:
                 self._in_array, self._state = True, "key_or_end"
                 return True
             if ch.isalpha() or ch == "_":
-                self._state, self._ident = "py_name", [ch]
+                self._pythonic, self._state, self._ident = True, "py_name", [ch]
                 return self._ident_viable()
             return False
         if s == "after_elem":
@@ -201,7 +206,7 @@ class BlobProbe:
             if ch == ";" and not self._fenced:
                 self._state = "next_top"
                 return True
-            if ch == "`" and self._fenced:
+            if ch == self._fence_char and self._fenced:
                 self._state, self._ticks = "fence_close", 1
                 return True
             return False
@@ -213,7 +218,7 @@ class BlobProbe:
                 return True
             return False
         if s == "fence_close":
-            if ch == "`":
+            if ch == self._fence_char:
                 self._ticks += 1
                 return True
             if ch in _WS and self._ticks >= 3:
@@ -299,13 +304,14 @@ def _unfence(text: str) -> str | None:
     """The text inside one wrapping Markdown fence, the text itself when unfenced, or None
     when a fence opens but does not wrap the whole text."""
     stripped = text.strip(_WS)
-    if not stripped.startswith("```"):
+    fence = stripped[:3]
+    if fence not in ("```", "~~~"):
         return stripped
     _, sep, rest = stripped.partition("\n")
-    if not sep or not rest.rstrip(_WS).endswith("```"):
+    if not sep or not rest.rstrip(_WS).endswith(fence):
         return None
     body = rest.rstrip(_WS)[:-3]
-    if "```" in body:
+    if fence in body:
         return None
     return body
 

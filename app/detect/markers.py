@@ -103,8 +103,8 @@ def judge_head(head: str, line_complete: bool) -> tuple[str, str | None]:
 NAME_WINDOW = 4096
 _NAME = r"([A-Za-z_][\w.\-]{0,127})"
 _NAME_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"tool_sep\|>\s{0,8}" + _NAME),  # DeepSeek V3: TYPE<sep>NAME
-    re.compile(r"tool_call_begin\|>\s{0,8}" + _NAME + r"\s{0,8}<\|tool_sep"),  # V3.1
+    re.compile(r"tool[_ ]sep\|>\s{0,8}" + _NAME),  # DeepSeek V3: TYPE<sep>NAME
+    re.compile(r"tool[_ ]call[_ ]begin\|>\s{0,8}" + _NAME + r"\s{0,8}<\|tool[_ ]sep"),  # V3.1
     re.compile(r"to=functions\." + _NAME),  # harmony
     re.compile(r"functions\." + _NAME + r"(?::\d{1,6})?"),  # Kimi
     re.compile(r"<(?:\|DSML\|)?invoke\s{1,8}name=\"([^\"<>]{1,128})\""),  # DSML, MiniMax
@@ -150,7 +150,8 @@ def refine_family(family: str, markup: str) -> str:
         if body[:1] not in ("{", "[", ""):
             return "glm"
     elif family == "deepseek" and "｜" not in markup[:NAME_WINDOW]:
-        body = light.split("tool_call_begin|>", 1)[-1].lstrip()
+        body = light.replace("tool call begin", "tool_call_begin")
+        body = body.split("tool_call_begin|>", 1)[-1].lstrip()
         if body.startswith("functions."):
             return "kimi"
     return family

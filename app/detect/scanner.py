@@ -24,10 +24,15 @@ from .markers import FOUND, HOLD, MARKER_FIRST_CHARS
 from .tools import ToolSet
 
 _LINE_CAP = 256  # of a line we keep only its head: enough for fences and markers
-# A line that may matter: up to three spaces, then a marker's first character or a fence.
+# A line that may matter: a marker's first character after up to three spaces, or a fence
+# character (after any indentation, or after a list-item marker).
 _INTERESTING = re.compile(
-    "^ {0,3}[" + re.escape("".join(sorted(MARKER_FIRST_CHARS | {"`", "~"}))) + "]", re.M
+    "^(?: {0,3}["
+    + re.escape("".join(sorted(MARKER_FIRST_CHARS)))
+    + r"]|[ \t]*[`~]| {0,3}(?:[-*+]|\d{1,9}[.)])[ \t]+[`~])",
+    re.M,
 )
+_FENCE_OPEN = re.compile(r" {0,3}(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(`{3,}|~{3,})(.*)")
 DEFAULT_HOLD_LIMIT = 256 * 1024
 DEFAULT_MARKUP_LIMIT = 64 * 1024
 
@@ -177,6 +182,8 @@ class Scanner:
     def _found_marker(self) -> None:
         # Provisional until finish() reads the family and name from the whole markup.
         family = self._marker_family or "unknown"
+        if self._probe is not None:
+            self._probe.alive = False  # markup decides; the text before it is prose
         self.finding = Finding(family, None, self._line_start, self._field)
         joined = "".join(self._pending)
         self._keep_markup(joined[self._line_start - self._published :])
@@ -207,26 +214,20 @@ class Scanner:
         return False
 
     def _end_line(self) -> None:
-        """Track Markdown fences (CommonMark: up to three spaces, ``` or ~~~ runs)."""
+        """Track Markdown fences: ``` or ~~~ runs opening after up to three spaces (or after a
+        list-item marker), closing at any indentation."""
         line = self._line
-        stripped = line.lstrip(" ")
-        if len(line) - len(stripped) > 3 or stripped[:1] not in ("`", "~"):
+        if self._fence:
+            stripped = line.lstrip(" \t")
+            run = len(stripped) - len(stripped.lstrip(self._fence[0]))
+            if run >= len(self._fence) and not stripped[run:].strip() and len(line) < _LINE_CAP:
+                self._fence = ""
             return
-        char = stripped[0]
-        run = len(stripped) - len(stripped.lstrip(char))
-        if run < 3:
-            return
-        if not self._fence:
-            if char == "`" and "`" in stripped[run:]:
-                return  # an info string with a backtick is inline code, not a fence
-            self._fence = stripped[:run]
-        elif (
-            char == self._fence[0]
-            and run >= len(self._fence)
-            and not stripped[run:].strip()
-            and len(line) < _LINE_CAP
-        ):
-            self._fence = ""
+        opener = _FENCE_OPEN.match(line)
+        if opener is not None:
+            fence_run, info = opener.group(1), opener.group(2)
+            if not (fence_run[0] == "`" and "`" in info):  # a backtick in the info string: inline code
+                self._fence = fence_run
 
     def _keep_markup(self, text: str) -> None:
         room = self._markup_limit - self._markup_len

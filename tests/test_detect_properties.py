@@ -1,0 +1,308 @@
+"""Property tests (hypothesis) for the scanner, as issue 2 asks:
+
+1. for any text and any way of cutting it into deltas, the streamed result equals the whole-text
+   result;
+2. the published text of a reply with no finding equals the input exactly;
+3. with a finding, the published text is exactly the text before the markup, so it contains no
+   part of the markup.
+
+Texts are drawn from a mix of arbitrary characters and fragments that matter to the scanner:
+markers (with their spelling drift), fences, quotes, indentation, newlines, JSON and pythonic
+pieces and the declared tool names, so that findings, near misses and held prefixes are common.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from app.detect import NO_TOOLS, Finding, Scanner, TurnGuard, declared_tools, inspect_text
+from app.detect.scanner import DEFAULT_MARKUP_LIMIT
+
+TOOLS = declared_tools(
+    {
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "get_weather", "parameters": {"properties": {"city": {}}}},
+            },
+            {"type": "function", "name": "search_docs", "parameters": {"properties": {"q": {}}}},
+            {"type": "function", "function": {"name": "route_to"}},
+        ]
+    }
+)
+
+MARKER_PIECES = [
+    "<tool_call>",
+    "</tool_call>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool calls begin｜>",
+    "<｜tool\\_calls\\_begin｜>",
+    "<｜DSML｜tool_calls>",
+    "<｜｜DSML｜｜function_calls>",
+    '<|DSML|invoke name="',
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[CALL_ID]",
+    "<|python_tag|>",
+    "<|python_start|>",
+    "<|channel|>",
+    "<|start|>assistant",
+    " to=functions.",
+    '<xai:function_call name="',
+    "<|tool_call|>",
+    "functools[",
+    "<minimax:tool_call>",
+    "<tool_calls>",
+    "<|action_start|>",
+    "<seed:tool_call>",
+    "<longcat_tool_call>",
+    "<TOOLCALL>",
+    "<|START_ACTION|>",
+    "<function=",
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_begin|>functions.",
+    "<｜",
+    "｜>",
+    "｜",
+    "▁",
+    "\\_",
+    "\\",
+    "<",
+    "<|",
+    "<tool",
+    "[",
+    "f",
+    "func",
+]
+LAYOUT_PIECES = [
+    "\n",
+    "\n",
+    "\n\n",
+    "\r\n",
+    "```",
+    "```json\n",
+    "\n```\n",
+    "~~~",
+    "~~~~\n",
+    "> ",
+    ">",
+    " ",
+    "   ",
+    "    ",
+    "\t",
+    "`",
+]
+JSON_PIECES = [
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    ": ",
+    ", ",
+    ";",
+    '"name"',
+    '"arguments"',
+    '"tool"',
+    '"args"',
+    '"type"',
+    '"function"',
+    '"id"',
+    '"tool_calls"',
+    '"city"',
+    '"Porto"',
+    '"get_weather"',
+    "{}",
+    "get_weather",
+    "search_docs",
+    "route_to",
+    "(",
+    ")",
+    "'",
+    "=",
+    "7",
+    '{"name": "get_weather", "arguments": {"city": "Porto"}}',
+    '{"tool": "search_docs", "args": {}}',
+    "[get_weather(city='Porto')]",
+    '```json\n{"name": "route_to", "arguments": {}}\n```',
+]
+PROSE_PIECES = ["Hello", "Let me check.", "ok", "the ", "é", "日本", "<div>", "</p>"]
+
+fragment = st.one_of(
+    st.sampled_from(MARKER_PIECES),
+    st.sampled_from(LAYOUT_PIECES),
+    st.sampled_from(JSON_PIECES),
+    st.sampled_from(PROSE_PIECES),
+    st.text(max_size=4),
+)
+BLOBS = [
+    '{"name": "get_weather", "arguments": {"city": "Porto"}}',
+    '{"name": "search_docs", "arguments": "{\\"q\\": \\"x\\"}"}',
+    '{"tool": "route_to", "args": {}}',
+    '[{"tool_name": "route_to", "input": {}}, {"name": "get_weather", "parameters": {}}]',
+    '{"id": "c1", "type": "function", "function": {"name": "search_docs", "arguments": "{}"}}',
+    '{"tool_calls": [{"name": "route_to", "arguments": {}}]}',
+    '{"toolCalls": [{"name": "route_to", "arguments": {}}]}',
+    '{"tool_call": {"name": "route_to", "arguments": {}}}',
+    '{"id": "c2", "type": "get_weather", "city": "Lyon"}',
+    '{"name": "get_weather", "parameters": {}}; {"name": "route_to", "parameters": {}}',
+    "[get_weather(city='Porto')]",
+    "[route_to()]",
+    "[search_docs(q=['a', 'b'])]",
+    '{"name": "Alice", "age": 3}',
+    '{"name": "book_flight", "arguments": {}}',
+]
+mixed = st.lists(fragment, max_size=24).map("".join)
+blobby = st.tuples(
+    st.sampled_from(["", " ", "\n", "```json\n", "```\n", "Note: ", "<"]),
+    st.sampled_from(BLOBS),
+    st.sampled_from(["", "\n", "\n```", "\n```\n", " ok", ";", "}", "\n<tool_call>"]),
+    st.lists(fragment, max_size=3).map("".join),
+).map("".join)
+texts = st.one_of(mixed, mixed, blobby)
+tool_sets = st.sampled_from([TOOLS, NO_TOOLS])
+
+
+@st.composite
+def cut_texts(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """A text and one way of cutting it into deltas (empty deltas included)."""
+    text = draw(texts)
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=12)))
+    bounds = [0, *cuts, len(text)]
+    return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def run(chunks: list[str], tools=TOOLS, **kwargs) -> tuple[str, Finding | None]:
+    scanner = Scanner(tools, **kwargs)
+    out = [scanner.feed(c) for c in chunks]
+    out.append(scanner.finish())
+    return "".join(out), scanner.finding
+
+
+PROPS = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+# Once a regression: a delta holding both the prose and the marker line must still publish the
+# prose (the blob probe must not pin the published text at 0).
+PROSE_WITH_MARKER = ("Let me check.\n<tool_call>", ["Let me check.\n", "<tool_call>"])
+
+
+# -- (1) streamed equals whole --------------------------------------------------------------
+
+
+@PROPS
+@given(case=cut_texts(), tools=tool_sets)
+def test_streamed_finding_equals_whole_text_finding(
+    case: tuple[str, list[str]], tools: object
+) -> None:
+    text, chunks = case
+    assert run(chunks, tools)[1] == inspect_text(text, tools)
+
+
+@PROPS
+@given(case=cut_texts(), blobs=st.booleans())
+def test_streamed_equals_whole_without_blob_probe(case: tuple[str, list[str]], blobs: bool) -> None:
+    # With no declared names (or with blobs off, as for reasoning) the published text agrees too.
+    text, chunks = case
+    tools = NO_TOOLS if blobs else TOOLS
+    assert run(chunks, tools, blobs=blobs) == run([text], tools, blobs=blobs)
+
+
+@PROPS
+@example(case=PROSE_WITH_MARKER, tools=TOOLS)
+@given(case=cut_texts(), tools=tool_sets)
+def test_streamed_equals_whole_text(case: tuple[str, list[str]], tools: object) -> None:
+    text, chunks = case
+    assert run(chunks, tools) == run([text], tools)
+
+
+# -- (2) no finding: the input exactly -------------------------------------------------------
+
+
+@PROPS
+@given(case=cut_texts(), tools=tool_sets)
+def test_no_finding_publishes_the_input_exactly(case: tuple[str, list[str]], tools: object) -> None:
+    text, chunks = case
+    for way in (chunks, [text]):
+        published, finding = run(way, tools)
+        if finding is None:
+            assert published == text
+
+
+# -- (3) a finding: the text before the markup, and nothing of the markup --------------------
+
+
+@PROPS
+@given(case=cut_texts(), tools=tool_sets)
+def test_finding_never_publishes_markup(case: tuple[str, list[str]], tools: object) -> None:
+    text, chunks = case
+    for way in (chunks, [text]):
+        published, finding = run(way, tools)
+        if finding is not None:
+            assert finding.start == 0 or text[finding.start - 1] == "\n"
+            assert finding.excerpt == text[finding.start :][:DEFAULT_MARKUP_LIMIT]
+            # What is published is prose before the markup's line, never a character of it.
+            assert text[: finding.start].startswith(published)
+
+
+@PROPS
+@given(case=cut_texts(), blobs=st.booleans())
+def test_finding_publishes_exactly_the_prose_without_blob_probe(
+    case: tuple[str, list[str]], blobs: bool
+) -> None:
+    text, chunks = case
+    tools = NO_TOOLS if blobs else TOOLS
+    for way in (chunks, [text]):
+        published, finding = run(way, tools, blobs=blobs)
+        if finding is not None:
+            assert published == text[: finding.start]
+
+
+@PROPS
+@example(case=(PROSE_WITH_MARKER[0], [PROSE_WITH_MARKER[0]]), tools=TOOLS)
+@given(case=cut_texts(), tools=tool_sets)
+def test_finding_publishes_exactly_the_prose_before_markup(
+    case: tuple[str, list[str]], tools: object
+) -> None:
+    text, chunks = case
+    for way in (chunks, [text]):
+        published, finding = run(way, tools)
+        if finding is not None:
+            assert published == text[: finding.start]
+
+
+# -- the turn guard loses nothing when a real call arrives ------------------------------------
+
+
+@PROPS
+@given(case=cut_texts(), at=st.integers(min_value=0))
+def test_structured_call_loses_no_reasoning(case: tuple[str, list[str]], at: int) -> None:
+    text, chunks = case
+    at %= len(chunks) + 1
+    guard = TurnGuard(TOOLS)
+    out = [guard.feed_reasoning(c) for c in chunks[:at]]
+    out.append(guard.structured_call())
+    out.extend(guard.feed_reasoning(c) for c in chunks[at:])
+    out.append(guard.finish()[1])
+    assert "".join(out) == text
+    assert guard.finding is None
+
+
+@PROPS
+@given(case=cut_texts())
+def test_reasoning_without_call_matches_whole_text(case: tuple[str, list[str]]) -> None:
+    text, chunks = case
+    guard = TurnGuard(TOOLS)
+    out = [guard.feed_reasoning(c) for c in chunks]
+    out.append(guard.finish()[1])
+    reference = inspect_text(text, TOOLS, blobs=False, field="reasoning")
+    assert guard.finding == reference
+    assert "".join(out) == (text if reference is None else text[: reference.start])

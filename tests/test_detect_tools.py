@@ -1,0 +1,212 @@
+"""declared_tools: which tool names (and parameter names) a request declared, read defensively,
+and when a request must not be inspected at all (no tools, or a json_schema response format)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.detect import NO_TOOLS, ToolSet, declared_tools
+
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city"],
+}
+
+
+def test_chat_completions_tools() -> None:
+    body = {
+        "messages": [],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "get_weather", "parameters": WEATHER_SCHEMA},
+            },
+            {"type": "function", "function": {"name": "ping"}},
+        ],
+    }
+    tools = declared_tools(body)
+    assert tools.declared is True
+    assert tools.names == {"get_weather", "ping"}
+    assert tools.params == {"get_weather": {"city", "unit"}, "ping": frozenset()}
+    assert tools.all_params == {"city", "unit"}
+
+
+def test_legacy_functions() -> None:
+    body = {
+        "functions": [
+            {"name": "lookup_order", "parameters": {"properties": {"order_id": {}}}},
+            {"name": "cancel_order", "parameters": {"properties": {"order_id": {}, "why": {}}}},
+        ]
+    }
+    tools = declared_tools(body)
+    assert tools.declared is True
+    assert tools.names == {"lookup_order", "cancel_order"}
+    assert tools.params["cancel_order"] == {"order_id", "why"}
+
+
+def test_responses_api_flat_tools() -> None:
+    body = {
+        "input": "hi",
+        "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER_SCHEMA}],
+    }
+    tools = declared_tools(body)
+    assert tools.names == {"get_weather"}
+    assert tools.params == {"get_weather": {"city", "unit"}}
+
+
+def test_tools_and_functions_together_are_merged() -> None:
+    body = {
+        "tools": [{"type": "function", "function": {"name": "a_tool"}}],
+        "functions": [{"name": "b_fn"}],
+    }
+    assert declared_tools(body).names == {"a_tool", "b_fn"}
+
+
+@pytest.mark.parametrize(
+    "builtin",
+    [
+        {"type": "web_search_preview"},
+        {"type": "file_search", "vector_store_ids": ["vs_1"]},
+        {"type": "code_interpreter", "container": {"type": "auto"}},
+        {"type": "mcp", "server_label": "docs", "server_url": "https://mcp.example.com"},
+        {"type": "image_generation"},
+    ],
+)
+def test_builtin_tools_are_declared_without_names(builtin: dict[str, object]) -> None:
+    tools = declared_tools({"tools": [builtin]})
+    assert tools.declared is True
+    assert tools.names == frozenset()
+    assert tools.params == {}
+    assert tools != NO_TOOLS
+
+
+def test_builtin_next_to_a_function_tool() -> None:
+    body = {
+        "tools": [
+            {"type": "web_search_preview"},
+            {"type": "function", "name": "get_weather", "parameters": WEATHER_SCHEMA},
+        ]
+    }
+    tools = declared_tools(body)
+    assert tools.names == {"get_weather"}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "get_weather",
+        None,
+        42,
+        ["get_weather"],
+        {},
+        {"type": "function"},
+        {"type": "function", "function": {}},
+        {"type": "function", "function": {"name": 7}},
+        {"type": "function", "function": {"name": ""}},
+        {"type": "function", "function": {"name": None}},
+        {"type": "function", "function": "get_weather"},
+        {"type": "function", "name": ["get_weather"]},
+        {"name": {"nested": "get_weather"}},
+    ],
+)
+def test_malformed_entries_are_skipped_but_tools_still_declared(entry: object) -> None:
+    body = {"tools": [entry, {"type": "function", "function": {"name": "ok_tool"}}]}
+    tools = declared_tools(body)
+    assert tools.declared is True
+    assert tools.names == {"ok_tool"}
+
+
+def test_only_malformed_entries_still_declare_tools() -> None:
+    tools = declared_tools({"tools": ["x", {"function": {"name": 3}}]})
+    assert tools.declared is True
+    assert tools.names == frozenset()
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [None, "not a schema", {"type": "object"}, {"properties": ["city"]}, {"properties": None}],
+)
+def test_odd_parameters_give_no_param_names(parameters: object) -> None:
+    body = {"tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}]}
+    tools = declared_tools(body)
+    assert tools.names == {"f"}
+    assert tools.params == {"f": frozenset()}
+
+
+def test_non_string_property_keys_are_ignored() -> None:
+    body = {"functions": [{"name": "f", "parameters": {"properties": {"a": {}, 1: {}}}}]}
+    assert declared_tools(body).params == {"f": {"a"}}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "user", "content": "hi"}]},
+        {"tools": []},
+        {"functions": []},
+        {"tools": [], "functions": []},
+        {"tools": None},
+        {"tools": {"type": "function", "function": {"name": "not_in_a_list"}}},
+        {"tools": "get_weather"},
+        None,
+        [],
+        "tools",
+    ],
+)
+def test_no_tools(body: object) -> None:
+    tools = declared_tools(body)
+    assert tools == NO_TOOLS
+    assert tools.declared is False
+    assert tools.names == frozenset()
+
+
+def test_json_schema_response_format_is_not_inspected() -> None:
+    body = {
+        "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": {"type": "object"}},
+        },
+    }
+    assert declared_tools(body) == NO_TOOLS
+
+
+def test_responses_text_format_json_schema_is_not_inspected() -> None:
+    body = {
+        "tools": [{"type": "function", "name": "get_weather"}],
+        "text": {"format": {"type": "json_schema", "name": "answer", "schema": {}}},
+    }
+    assert declared_tools(body) == NO_TOOLS
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"response_format": {"type": "json_object"}},
+        {"response_format": {"type": "text"}},
+        {"response_format": "json_schema"},
+        {"text": {"format": {"type": "text"}}},
+        {"text": {"format": "json_schema"}},
+        {"text": "json_schema"},
+    ],
+)
+def test_other_formats_are_still_inspected(extra: dict[str, object]) -> None:
+    body = {"tools": [{"type": "function", "function": {"name": "get_weather"}}], **extra}
+    tools = declared_tools(body)
+    assert tools.declared is True
+    assert tools.names == {"get_weather"}
+
+
+def test_no_tools_constant() -> None:
+    assert ToolSet() == NO_TOOLS
+    assert NO_TOOLS.declared is False
+    assert NO_TOOLS.names == frozenset()
+    assert NO_TOOLS.all_params == frozenset()
+
+
+def test_request_body_is_not_modified() -> None:
+    body = {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
+    before = repr(body)
+    declared_tools(body)
+    assert repr(body) == before
