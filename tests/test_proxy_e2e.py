@@ -363,3 +363,48 @@ async def test_health_and_readiness(harness: Any) -> None:
 def test_completion_helper_shape() -> None:
     body = completion(HONEST, "m")
     assert body["choices"][0]["message"]["content"] == HONEST.content
+
+
+async def test_keepalive_comments_while_held_and_no_id_or_retry_fields(harness: Any) -> None:
+    # A reply that stays a viable JSON tool-call prefix for longer than the keep-alive interval.
+    pieces = ['{"name": "get_weather", ', '"arguments": {"city": "Lisbon"}, ', '"note": 1}']
+    events = chunks(Turn(content=""), "m")
+    head, tail = events[0], events[-2:]
+    body = (
+        [head]
+        + [
+            b"data: "
+            + json.dumps(
+                {
+                    "id": "chatcmpl-scripted",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": "m",
+                    "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}],
+                }
+            ).encode()
+            + b"\n\n"
+            for p in pieces
+        ]
+        + tail
+    )
+    raw = Raw(200, {"content-type": "text/event-stream"}, body, delay=0.5)
+    h = await harness(raw, keepalive=0.2)
+    async with h.http() as http:
+        r = await http.post("/chat/completions", json=chat_body(stream=True))
+    lines = r.text.splitlines()
+    assert ": keep-alive" in lines
+    assert not any(line.startswith(("id:", "retry:")) for line in lines)
+    # Not a tool call after all ("note" is no vocabulary): the whole text arrives, once.
+    text = "".join(
+        json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        for line in lines
+        if line.startswith("data: {") and json.loads(line[6:])["choices"]
+    )
+    assert text == "".join(pieces)
+    # And the SDK reads the same stream without tripping on the comments.
+    stream = await h.client().chat.completions.create(
+        model="m", messages=chat_body()["messages"], tools=TOOLS, stream=True
+    )
+    got, _, _ = await collect(stream)
+    assert got == "".join(pieces)
