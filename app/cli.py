@@ -1,8 +1,11 @@
-"""The `spillguard` command: serve (the default) and `demo`."""
+"""The `spillguard` command: serve (the default), `demo` and `incidents`."""
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import os
 import sys
 from typing import Any
 
@@ -36,6 +39,9 @@ SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
         {"action": "append", "dest": "proxy_keys", "help": "a key clients must present"},
     ),
     ("--proxy-key-file", {"help": "file with one proxy key per line"}),
+    ("--incidents-db", {"help": "SQLite file recording findings ('' disables)"}),
+    ("--incident-excerpt-limit", {"type": int, "help": "characters of leaked text kept (4000)"}),
+    ("--metrics-model-limit", {"type": int, "help": "distinct model labels before 'other' (50)"}),
 ]
 
 
@@ -65,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo
 
         return demo()
+    if command == "incidents":
+        return incidents(rest)
     if command != "serve":
-        print(f"spillguard: unknown command {command!r} (serve, demo)", file=sys.stderr)
+        print(f"spillguard: unknown command {command!r} (serve, demo, incidents)", file=sys.stderr)
         return 2
     args = _serve_parser("spillguard").parse_args(rest)
     try:
@@ -76,9 +84,95 @@ def main(argv: list[str] | None = None) -> int:
             where = ".".join(str(p) for p in err["loc"]) or "settings"
             print(f"spillguard: {where}: {err['msg']}", file=sys.stderr)
         return 2
-    from .serving import run
+    from .metrics import multiprocess_dir
 
-    run(settings)
+    with multiprocess_dir(settings.workers):  # before the workers start: they inherit it
+        from .serving import run
+
+        run(settings)
+    return 0
+
+
+def _incidents_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="The incident record: every tool call spillguard found written as text. "
+        "Lists incidents (oldest first), or with 'stats' counts them per model and family.",
+    )
+    parser.add_argument("action", nargs="?", choices=["list", "stats"], default="list")
+    parser.add_argument(
+        "--db", help="the SQLite file (default: SPILLGUARD_INCIDENTS_DB or the serve default)"
+    )
+    parser.add_argument("--since", help="ISO date or time (UTC unless given), or 30m, 1h, 2d, 1w")
+    parser.add_argument("--model", help="only this model")
+    parser.add_argument("--family", help="only this markup family")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="the most recent N incidents (list; default 50 for table, all for jsonl and csv; "
+        "0: all)",
+    )
+    parser.add_argument("--format", choices=["table", "jsonl", "csv"], default="table")
+    return parser
+
+
+def _default_db() -> str:
+    try:
+        return Settings().incidents_db
+    except ValidationError:  # other settings are broken; this one has a plain default
+        default = Settings.model_fields["incidents_db"].default
+        return os.environ.get("SPILLGUARD_INCIDENTS_DB", str(default))
+
+
+def incidents(argv: list[str]) -> int:
+    """`spillguard incidents [list|stats] [--db PATH] [--since ...] [--format ...]`."""
+    from .incidents import (
+        COLUMNS,
+        STATS_COLUMNS,
+        Filters,
+        IncidentDbError,
+        incident_stats,
+        parse_since,
+        read_incidents,
+        table,
+    )
+
+    args = _incidents_parser("spillguard incidents").parse_args(argv)
+    path = args.db if args.db is not None else _default_db()
+    if not path:
+        print("spillguard: the incident record is disabled (no --db)", file=sys.stderr)
+        return 2
+    try:
+        since = parse_since(args.since) if args.since else None
+    except ValueError as exc:
+        print(f"spillguard: {exc}", file=sys.stderr)
+        return 2
+    filters = Filters(since=since, model=args.model, family=args.family)
+    columns: tuple[str, ...]
+    try:
+        if args.action == "stats":
+            rows, columns = incident_stats(path, filters), STATS_COLUMNS
+        else:
+            limit = args.limit if args.limit is not None else (50 if args.format == "table" else 0)
+            rows, columns = read_incidents(path, filters, limit or None), COLUMNS
+    except IncidentDbError as exc:
+        print(f"spillguard: {exc}", file=sys.stderr)
+        return 1
+    out = sys.stdout
+    if args.format == "jsonl":
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    elif args.format == "csv":
+        writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    elif rows:
+        out.write(table(rows, columns) + "\n")
+        if args.action == "stats":
+            total = sum(r["incidents"] for r in rows)
+            out.write(f"{total} incident{'s' if total != 1 else ''}\n")
+    else:
+        out.write("no incidents\n")
     return 0
 
 

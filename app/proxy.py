@@ -14,10 +14,10 @@ from typing import Any, Protocol
 
 from .detect import Finding, ToolSet
 from .errors import LeakedToolCall, ReplyTooLarge, SpillguardError, UpstreamError
-from .observe import Outcome
+from .observe import Outcome, Timed, timed
 from .settings import Mode, Settings
 from .sse import Event, SSEDecoder
-from .upstream import Reply, Upstream, end_to_end
+from .upstream import Upstream, end_to_end
 
 KEEPALIVE = b": keep-alive\n\n"
 # Headers of a reply whose body spillguard may rewrite or re-frame.
@@ -103,6 +103,11 @@ class Guard:
     def _note(self, ex: Exchange, finding: Finding, attempt: int) -> None:
         ex.outcome.finding(finding.family, finding.tool_name, attempt, finding.excerpt)
 
+    async def _open(self, ex: Exchange, body: bytes) -> Timed:
+        """One upstream exchange, its waits counted in the outcome's upstream time."""
+        opening = self.upstream.open(ex.method, ex.url, ex.headers, body, decode=True)
+        return await timed(ex.outcome, opening)
+
     # ---- whole replies -------------------------------------------------------------------
 
     async def reply(self, ex: Exchange) -> tuple[int, dict[str, str], bytes]:
@@ -111,9 +116,7 @@ class Guard:
         body, obj = ex.body, ex.obj
         for attempt in (1, 2):
             ex.outcome.attempts = attempt
-            async with await self.upstream.open(
-                ex.method, ex.url, ex.headers, body, decode=True
-            ) as reply:
+            async with await self._open(ex, body) as reply:
                 data = await reply.read(s.max_reply)
                 headers = end_to_end(reply.headers, REFRAMED)
                 status, ctype, identity = reply.status, reply.content_type, reply.identity
@@ -178,9 +181,7 @@ class Guard:
         previous: Any | None = None
         for attempt in (1, 2):
             ex.outcome.attempts = attempt
-            async with await self.upstream.open(
-                ex.method, ex.url, ex.headers, body, decode=True
-            ) as reply:
+            async with await self._open(ex, body) as reply:
                 if (
                     reply.status != 200
                     or reply.content_type != "text/event-stream"
@@ -189,7 +190,9 @@ class Guard:
                     if committed:
                         raise UpstreamError(f"Upstream answered the retry with {reply.status}")
                     ex.outcome.action = "retried" if attempt == 2 else "passed"
-                    yield Head(reply.status, end_to_end(reply.headers), sse=False)
+                    # Bytes go as read: decoded (and re-framed) only if spillguard decoded them.
+                    drop = REFRAMED if reply.decoded else frozenset()
+                    yield Head(reply.status, end_to_end(reply.headers, drop), sse=False)
                     async for data in reply.iter_raw():
                         yield data
                     return
@@ -254,7 +257,7 @@ class Guard:
             body = json.dumps(obj, ensure_ascii=False).encode()
             previous = stream if committed else None
 
-    async def _drain(self, reply: Reply, decoder: SSEDecoder, stream: Any) -> None:
+    async def _drain(self, reply: Timed, decoder: SSEDecoder, stream: Any) -> None:
         """Read the rest of a leaking reply (bounded) so its family and tool name settle."""
         read = 0
         while read < self.settings.hold_limit and stream.done is None:

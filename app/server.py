@@ -20,7 +20,8 @@ from .chat import ChatWire
 from .detect import declared_tools
 from .errors import ClientError, SpillguardError
 from .guardrails import Guardrails
-from .observe import Observer, Outcome, setup_logging
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .observe import Observer, Outcome, setup_logging, timed
 from .proxy import Exchange, Guard, Head, action_headers
 from .responses import ResponsesWire
 from .settings import Settings
@@ -91,12 +92,16 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         setup_logging(settings)
+        observer.start()
         await upstream.start()
-        log.info("spillguard ready", extra={"fields": {"upstream": upstream.origin}})
+        origin = upstream.origin.split("://", 1)
+        shown = f"{origin[0]}://{origin[-1].rsplit('@', 1)[-1]}"  # never userinfo
+        log.info("spillguard ready", extra={"fields": {"upstream": shown}})
         try:
             yield
         finally:
             await upstream.close()
+            await asyncio.to_thread(observer.close)
 
     app = FastAPI(
         title="spillguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
@@ -119,6 +124,11 @@ def create_app(settings: Settings) -> FastAPI:
             ready["at"], ready["ok"] = now, await _probe(upstream)
         body = {"status": "ready" if ready["ok"] else "upstream unreachable"}
         return JSONResponse(body, status_code=200 if ready["ok"] else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        data = await asyncio.to_thread(observer.metrics.exposition)
+        return Response(data, media_type=METRICS_CONTENT_TYPE)
 
     def outcome_for(request: Request, route: str) -> Outcome:
         rid = request.headers.get("x-request-id") or f"sg-{uuid.uuid4().hex}"
@@ -155,11 +165,12 @@ def create_app(settings: Settings) -> FastAPI:
             obj = _parse(body)
             tools = declared_tools(obj)
             headers = send_headers(request, outcome)
+            if isinstance(obj, dict):
+                outcome.model = obj.get("model") if isinstance(obj.get("model"), str) else None
+                outcome.stream = obj.get("stream") is True
             if obj is None or not tools.declared:
                 return await _forward(request, outcome, url, headers, body)
             assert isinstance(obj, dict)
-            outcome.model = obj.get("model") if isinstance(obj.get("model"), str) else None
-            outcome.stream = obj.get("stream") is True
             ex = Exchange("POST", url, headers, body, obj, tools, outcome)
             if outcome.stream:
                 return await _streamed(request, guard, ex)
@@ -167,6 +178,8 @@ def create_app(settings: Settings) -> FastAPI:
                 status, rheaders, data = await until_disconnect(request, guard.reply(ex))
             except SpillguardError as error:
                 outcome.status, outcome.error = error.status, error.code
+                if outcome.action != "failed":  # failed: a leak; anything else is an error
+                    outcome.action = "error"
                 return error_response(error, guard.error_headers(error) | _ids(outcome))
             outcome.status = status
             rheaders |= action_headers(outcome) | _ids(outcome)
@@ -206,7 +219,7 @@ def create_app(settings: Settings) -> FastAPI:
         if head.body is not None:
             await agen.aclose()
             return Response(head.body, head.status, headers=headers, media_type="application/json")
-        ex.outcome.deferred = True
+        observer.defer(ex.outcome)
         if not head.sse:
             return StreamingResponse(
                 rest(), head.status, headers=headers, background=BackgroundTask(done)
@@ -226,18 +239,30 @@ def create_app(settings: Settings) -> FastAPI:
         request: Request, outcome: Outcome, url: str, headers: dict[str, str], body: Any
     ) -> Response:
         """Pass a request through untouched, streaming both ways."""
-        reply = await until_disconnect(request, upstream.open(request.method, url, headers, body))
+        opening = timed(outcome, upstream.open(request.method, url, headers, body))
+        reply = await until_disconnect(request, opening)
         outcome.status = reply.status
 
         async def relay() -> AsyncIterator[bytes]:
             try:
                 async for data in reply.iter_raw():
                     yield data
+            except SpillguardError as error:  # mid-body: too late for an error response
+                outcome.error = error.code
+                raise
             finally:
                 reply.close()
+                observer.record(outcome)
 
         rheaders = end_to_end(reply.headers) | _ids(outcome)
-        return StreamingResponse(relay(), reply.status, headers=rheaders)
+
+        async def done() -> None:  # async: on the event loop, never in a thread
+            observer.record(outcome)
+
+        observer.defer(outcome)  # recorded when the body has been relayed
+        return StreamingResponse(
+            relay(), reply.status, headers=rheaders, background=BackgroundTask(done)
+        )
 
     @app.api_route(
         "/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -262,7 +287,8 @@ def create_app(settings: Settings) -> FastAPI:
             outcome.status, outcome.action = 499, "client_gone"
             return Response(status_code=499)
         finally:
-            observer.record(outcome)
+            if not outcome.deferred:
+                observer.record(outcome)
 
     return app
 

@@ -62,7 +62,16 @@ class Settings(BaseSettings):
     log_format: str = Field("console", pattern="^(console|json)$")
     graceful_timeout: Annotated[float, Field(ge=0)] = 30.0
     workers: Annotated[int, Field(ge=1)] = 1
-    incidents_db: str = "spillguard-incidents.sqlite3"
+    incidents_db: str = Field(
+        "spillguard-incidents.sqlite3",
+        description="SQLite file recording every finding ('' disables the incident record).",
+    )
+    incident_excerpt_limit: Annotated[int, Field(ge=0)] = Field(
+        4000, description="Characters of leaked text kept per incident."
+    )
+    metrics_model_limit: Annotated[int, Field(ge=1)] = Field(
+        50, description="Distinct model label values per worker before 'other'."
+    )
 
     @field_validator("upstream")
     @classmethod

@@ -66,6 +66,8 @@ def target_path(base_path: str, rest: str) -> str:
         or "\\" in decoded
         or "@" in decoded
         or "://" in decoded
+        or "?" in decoded  # the query travels apart; in the path it could cut a ".." free
+        or "#" in decoded
         or any(seg in (".", "..") for seg in decoded.split("/"))
         or "//" in decoded
         or any(ord(c) < 0x20 for c in decoded)

@@ -49,16 +49,23 @@ class Harness:
 
     async def start(self, **settings: Any) -> Harness:
         await self.upstream.start()
-        base = {"upstream": self.upstream.url, "port": 0, "log_level": "WARNING"}
-        self.proxy = await start_background(Settings(**(base | settings)))
+        self.proxy = await start_background(Settings(**(self.base() | settings)))
         return self
 
     async def restart(self, **settings: Any) -> Harness:
         assert self.proxy is not None
         await self.proxy.stop()
-        base = {"upstream": self.upstream.url, "port": 0, "log_level": "WARNING"}
-        self.proxy = await start_background(Settings(**(base | settings)))
+        self.proxy = await start_background(Settings(**(self.base() | settings)))
         return self
+
+    def base(self) -> dict[str, Any]:
+        # No incident database: tests that want one name it.
+        return {
+            "upstream": self.upstream.url,
+            "port": 0,
+            "log_level": "WARNING",
+            "incidents_db": "",
+        }
 
     @property
     def url(self) -> str:

@@ -226,7 +226,7 @@ class Scanner:
         opener = _FENCE_OPEN.match(line)
         if opener is not None:
             fence_run, info = opener.group(1), opener.group(2)
-            if not (fence_run[0] == "`" and "`" in info):  # a backtick in the info string: inline code
+            if not (fence_run[0] == "`" and "`" in info):  # else inline code, not a fence
                 self._fence = fence_run
 
     def _keep_markup(self, text: str) -> None:

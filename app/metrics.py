@@ -1,0 +1,206 @@
+"""Prometheus metrics: one registry per application, multi-process aware.
+
+With several uvicorn workers every worker counts into files under `PROMETHEUS_MULTIPROC_DIR`
+and `/metrics`, whichever worker answers it, sums them all. `multiprocess_dir` prepares that
+directory before the workers start (the `serve` command does it when `workers > 1`); the
+choice between one process and many is made by prometheus-client when it is first imported,
+from that variable, so it must be set before the workers start.
+
+    spillguard_requests_total{route,mode,outcome}    requests, by what happened to them
+    spillguard_findings_total{family,model}          tool calls found written as text
+    spillguard_retries_total{route}                  corrective retries sent upstream
+    spillguard_upstream_errors_total{kind}           unavailable, timeout, too_large,
+                                                     status_4xx, status_5xx
+    spillguard_upstream_latency_seconds{route}       time spent waiting on the upstream
+    spillguard_added_latency_seconds{route}          spillguard's own time: total - upstream
+    spillguard_streams_open                          streamed responses in progress
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .observe import Outcome
+
+log = logging.getLogger("spillguard")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what generate_latest writes
+MODEL_CHARS = 64
+# Upstream exchanges take seconds to minutes (a model generating); spillguard's own share is
+# milliseconds.
+UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+ADDED_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+ERROR_KINDS = {
+    "UPSTREAM_UNAVAILABLE": "unavailable",
+    "UPSTREAM_TIMEOUT": "timeout",
+    "REPLY_TOO_LARGE": "too_large",
+}
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+@contextlib.contextmanager
+def multiprocess_dir(workers: int) -> Iterator[str | None]:
+    """For `workers > 1`: make sure `PROMETHEUS_MULTIPROC_DIR` names a directory the workers
+    (started inside this block, inheriting the environment) share. An operator's own directory is
+    kept; otherwise a fresh temporary one is made and removed afterwards."""
+    if workers <= 1:
+        yield None
+        return
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        os.makedirs(given, exist_ok=True)
+        yield given
+        return
+    made = tempfile.mkdtemp(prefix="spillguard-metrics-")
+    os.environ[MULTIPROC_ENV] = made
+    try:
+        yield made
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(made, ignore_errors=True)
+
+
+class ModelLabels:
+    """Bounds the `model` label: truncated, and past `limit` distinct values, "other"."""
+
+    def __init__(self, limit: int, clean: Callable[[str], str] = str) -> None:
+        self.limit = limit
+        self.clean = clean
+        self.seen: set[str] = set()
+
+    def __call__(self, model: str | None) -> str:
+        if not model:
+            return "unknown"
+        label = self.clean(model)[:MODEL_CHARS]
+        if label in self.seen:
+            return label
+        if len(self.seen) >= self.limit:
+            return "other"
+        self.seen.add(label)
+        return label
+
+
+class Metrics:
+    """The application's metrics. `observe(outcome)` counts one finished request."""
+
+    def __init__(self, settings: Settings, clean: Callable[[str], str] = str) -> None:
+        self.multiprocess = multiprocess_enabled()
+        self.registry = CollectorRegistry(auto_describe=True)
+        if self.multiprocess:
+            multiprocess.MultiProcessCollector(self.registry)  # type: ignore[no-untyped-call]
+        elif settings.workers > 1:
+            log.warning(
+                "metrics are per worker: set PROMETHEUS_MULTIPROC_DIR (spillguard serve does)",
+                extra={"fields": {"workers": settings.workers}},
+            )
+        # In multi-process mode values live in files, collected above; registering the metrics
+        # too would count this worker twice.
+        own = None if self.multiprocess else self.registry
+        self.model = ModelLabels(settings.metrics_model_limit, clean)
+        self.requests = Counter(
+            "spillguard_requests_total",
+            "Requests by route, mode and outcome (passed, retried, failed, observed, forwarded, "
+            "error, client_gone).",
+            ["route", "mode", "outcome"],
+            registry=own,
+        )
+        self.findings = Counter(
+            "spillguard_findings_total",
+            "Tool calls found written out as text, by markup family and requested model "
+            "(one per finding: a retry that leaks again counts twice).",
+            ["family", "model"],
+            registry=own,
+        )
+        self.retries = Counter(
+            "spillguard_retries_total",
+            "Corrective retries sent upstream after a finding.",
+            ["route"],
+            registry=own,
+        )
+        self.upstream_errors = Counter(
+            "spillguard_upstream_errors_total",
+            "Upstream failures by kind: unavailable (connect or read failed), timeout, too_large "
+            "(reply over max_reply or the hold-back limit), status_4xx and status_5xx (per "
+            "upstream answer with that status).",
+            ["kind"],
+            registry=own,
+        )
+        self.upstream_latency = Histogram(
+            "spillguard_upstream_latency_seconds",
+            "Per request that reached the upstream: seconds spent waiting on it - connecting, "
+            "its response headers and every body read, over all attempts (a retried request "
+            "includes both exchanges; a stream includes the model's generation time).",
+            ["route"],
+            buckets=UPSTREAM_BUCKETS,
+            registry=own,
+        )
+        self.added_latency = Histogram(
+            "spillguard_added_latency_seconds",
+            "Per request that reached the upstream: spillguard's own share of its time, the "
+            "total time in spillguard minus spillguard_upstream_latency_seconds (reading the "
+            "request, inspecting, holding back, writing to the client).",
+            ["route"],
+            buckets=ADDED_BUCKETS,
+            registry=own,
+        )
+        self.streams_open = Gauge(
+            "spillguard_streams_open",
+            "Streamed responses (stream: true) being sent to clients right now.",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+
+    def observe(self, outcome: Outcome) -> None:
+        self.requests.labels(outcome.route, outcome.mode, outcome.action).inc()
+        for found in outcome.findings:
+            self.findings.labels(found["family"], self.model(outcome.model)).inc()
+        if outcome.attempts > 1:
+            self.retries.labels(outcome.route).inc(outcome.attempts - 1)
+        for status in outcome.upstream_statuses:
+            if status >= 400:
+                self.upstream_errors.labels("status_4xx" if status < 500 else "status_5xx").inc()
+        kind = ERROR_KINDS.get(outcome.error or "")
+        if kind:
+            self.upstream_errors.labels(kind).inc()
+        if outcome.upstream_calls:
+            upstream = outcome.upstream_ms / 1000
+            added = max(outcome.total_ms / 1000 - upstream, 0.0)
+            self.upstream_latency.labels(outcome.route).observe(upstream)
+            self.added_latency.labels(outcome.route).observe(added)
+
+    def stream_opened(self) -> None:
+        self.streams_open.inc()
+
+    def stream_closed(self) -> None:
+        self.streams_open.dec()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def close(self) -> None:
+        """At worker shutdown: drop this worker's live gauge (its open streams) from the sum."""
+        if self.multiprocess:
+            with contextlib.suppress(OSError):
+                multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
