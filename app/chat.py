@@ -14,6 +14,7 @@ from typing import Any
 
 from .detect import Finding, ToolSet, TurnGuard
 from .errors import SpillguardError
+from .proxy import Wire
 from .sse import Event, encode_data
 
 REASONING_KEYS = ("reasoning_content", "reasoning")
@@ -273,27 +274,19 @@ class ChatStream:
                 self._finished.add(self.finding_choice)
 
 
-class ChatWire:
-    """Chat Completions (`POST /v1/chat/completions`) for the decision in `proxy.py`."""
+def new_stream(tools: ToolSet, hold_limit: int, previous: Any | None) -> ChatStream:
+    """A stream; after `previous` published prose, the retry continues that client stream."""
+    splice = None
+    if isinstance(previous, ChatStream) and previous.head:
+        h = previous.head
+        splice = Splice(h["id"], h["created"], h["model"], dict(previous.tool_next))
+    return ChatStream(tools, hold_limit, splice)
 
-    name = "chat"
 
-    def inspect_reply(
-        self, reply: Any, tools: ToolSet, hold_limit: int
-    ) -> tuple[Finding, str] | None:
-        return inspect_reply(reply, tools, hold_limit)
+def error_event(error: SpillguardError, stream: Any) -> bytes:
+    """A mid-stream failure: an error event (openai-python raises APIError on it), then [DONE]
+    as vLLM does."""
+    return b"data: " + error.json_bytes() + b"\n\ndata: [DONE]\n\n"
 
-    def retry_body(self, body: dict[str, Any], leaked: str, correction: str) -> dict[str, Any]:
-        return retry_body(body, leaked, correction)
 
-    def new_stream(self, tools: ToolSet, hold_limit: int, previous: Any | None) -> ChatStream:
-        splice = None
-        if isinstance(previous, ChatStream) and previous.head:
-            h = previous.head
-            splice = Splice(h["id"], h["created"], h["model"], dict(previous.tool_next))
-        return ChatStream(tools, hold_limit, splice)
-
-    def error_event(self, error: SpillguardError, stream: Any) -> bytes:
-        """A mid-stream failure: an error event (openai-python raises APIError on it), then
-        [DONE] as vLLM does."""
-        return b"data: " + error.json_bytes() + b"\n\ndata: [DONE]\n\n"
+WIRE = Wire("chat", inspect_reply, retry_body, new_stream, error_event)

@@ -8,7 +8,7 @@ to start the response with, decided as late as possible) and then bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,15 +38,15 @@ class Stream(Protocol):
     def leaked_text(self) -> str: ...
 
 
-class Wire(Protocol):
-    name: str
+@dataclass(frozen=True)
+class Wire:
+    """One API's shapes, as the decision needs them (Chat Completions, Responses)."""
 
-    def inspect_reply(
-        self, reply: Any, tools: ToolSet, hold_limit: int
-    ) -> tuple[Finding, str] | None: ...
-    def retry_body(self, body: dict[str, Any], leaked: str, correction: str) -> dict[str, Any]: ...
-    def new_stream(self, tools: ToolSet, hold_limit: int, previous: Any | None) -> Any: ...
-    def error_event(self, error: SpillguardError, stream: Any) -> bytes: ...
+    name: str
+    inspect_reply: Callable[[Any, ToolSet, int], tuple[Finding, str] | None]
+    retry_body: Callable[[dict[str, Any], str, str], dict[str, Any]]
+    new_stream: Callable[[ToolSet, int, Any | None], Stream]
+    error_event: Callable[[SpillguardError, Any], bytes]
 
 
 @dataclass

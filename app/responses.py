@@ -17,6 +17,7 @@ from typing import Any
 
 from .detect import Finding, Scanner, ToolSet
 from .errors import SpillguardError
+from .proxy import Wire
 from .sse import Event, encode_event
 
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
@@ -382,32 +383,25 @@ class ResponsesStream:
             self.done = b""
 
 
-class ResponsesWire:
-    name = "responses"
+def new_stream(tools: ToolSet, hold_limit: int, previous: Any | None) -> ResponsesStream:
+    prev = previous if isinstance(previous, ResponsesStream) else None
+    return ResponsesStream(tools, hold_limit, prev)
 
-    def inspect_reply(
-        self, reply: Any, tools: ToolSet, hold_limit: int
-    ) -> tuple[Finding, str] | None:
-        return inspect_reply(reply, tools, hold_limit)
 
-    def retry_body(self, body: dict[str, Any], leaked: str, correction: str) -> dict[str, Any]:
-        return retry_body(body, leaked, correction)
+def error_event(error: SpillguardError, stream: Any) -> bytes:
+    """A Responses `error` event; the nested `error` object makes the openai SDK raise
+    APIError with the code, from `responses.create(stream=True)` and `responses.stream`."""
+    seq = stream.seq + 1 if isinstance(stream, ResponsesStream) else 0
+    body = error.body()["error"]
+    data = {
+        "type": "error",
+        "code": error.code,
+        "message": error.message,
+        "param": None,
+        "sequence_number": seq,
+        "error": body,
+    }
+    return encode_event("error", _dumps(data))
 
-    def new_stream(self, tools: ToolSet, hold_limit: int, previous: Any | None) -> ResponsesStream:
-        prev = previous if isinstance(previous, ResponsesStream) else None
-        return ResponsesStream(tools, hold_limit, prev)
 
-    def error_event(self, error: SpillguardError, stream: Any) -> bytes:
-        """A Responses `error` event; the nested `error` object makes the openai SDK raise
-        APIError with the code, from `responses.create(stream=True)` and `responses.stream`."""
-        seq = stream.seq + 1 if isinstance(stream, ResponsesStream) else 0
-        body = error.body()["error"]
-        data = {
-            "type": "error",
-            "code": error.code,
-            "message": error.message,
-            "param": None,
-            "sequence_number": seq,
-            "error": body,
-        }
-        return encode_event("error", _dumps(data))
+WIRE = Wire("responses", inspect_reply, retry_body, new_stream, error_event)

@@ -16,14 +16,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
-from .chat import ChatWire
+from . import chat as chat_wire
+from . import responses as responses_wire
 from .detect import declared_tools
 from .errors import ClientError, SpillguardError
 from .guardrails import Guardrails
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .observe import Observer, Outcome, setup_logging, timed
 from .proxy import Exchange, Guard, Head, action_headers
-from .responses import ResponsesWire
 from .settings import Settings
 from .upstream import Upstream, end_to_end
 
@@ -85,8 +85,8 @@ def error_response(error: SpillguardError, headers: dict[str, str] | None = None
 def create_app(settings: Settings) -> FastAPI:
     upstream = Upstream(settings)
     observer = Observer(settings)
-    chat = Guard(settings, upstream, ChatWire())
-    responses_guard = Guard(settings, upstream, ResponsesWire())
+    chat = Guard(settings, upstream, chat_wire.WIRE)
+    responses_guard = Guard(settings, upstream, responses_wire.WIRE)
     ready: dict[str, Any] = {"at": 0.0, "ok": False}
 
     @asynccontextmanager
@@ -156,43 +156,46 @@ def create_app(settings: Settings) -> FastAPI:
     async def responses(request: Request) -> Response:
         return await inspected(request, responses_guard, "responses", "responses")
 
-    async def inspected(request: Request, guard: Guard, route: str, path: str) -> Response:
-        """A route whose replies are inspected: chat completions, responses."""
-        outcome = outcome_for(request, route)
+    async def handled(outcome: Outcome, work: Awaitable[Response]) -> Response:
+        """Run a route: spillguard's own errors become their error response, a client that left
+        is a 499, and the outcome is recorded once (a streamed body records when it ends)."""
         try:
-            body = await read_body(request, settings.max_body)
-            url = upstream.url(path, request.url.query)
-            obj = _parse(body)
-            tools = declared_tools(obj)
-            headers = send_headers(request, outcome)
-            if isinstance(obj, dict):
-                outcome.model = obj.get("model") if isinstance(obj.get("model"), str) else None
-                outcome.stream = obj.get("stream") is True
-            if obj is None or not tools.declared:
-                return await _forward(request, outcome, url, headers, body)
-            assert isinstance(obj, dict)
-            ex = Exchange("POST", url, headers, body, obj, tools, outcome)
-            if outcome.stream:
-                return await _streamed(request, guard, ex)
-            try:
-                status, rheaders, data = await until_disconnect(request, guard.reply(ex))
-            except SpillguardError as error:
-                outcome.status, outcome.error = error.status, error.code
-                if outcome.action != "failed":  # failed: a leak; anything else is an error
-                    outcome.action = "error"
-                return error_response(error, guard.error_headers(error) | _ids(outcome))
-            outcome.status = status
-            rheaders |= action_headers(outcome) | _ids(outcome)
-            return Response(data, status, headers=rheaders)
+            return await work
         except SpillguardError as error:
-            outcome.status, outcome.error, outcome.action = error.status, error.code, "error"
-            return error_response(error, _ids(outcome))
+            outcome.status, outcome.error = error.status, error.code
+            if outcome.action != "failed":  # failed: a leak; anything else is an error
+                outcome.action = "error"
+            return error_response(error, chat.error_headers(error) | _ids(outcome))
         except ClientGone:
             outcome.status, outcome.action = 499, "client_gone"
             return Response(status_code=499)
         finally:
             if not outcome.deferred:
                 observer.record(outcome)
+
+    async def inspected(request: Request, guard: Guard, route: str, path: str) -> Response:
+        """A route whose replies are inspected: chat completions, responses."""
+        outcome = outcome_for(request, route)
+        return await handled(outcome, _inspect(request, guard, path, outcome))
+
+    async def _inspect(request: Request, guard: Guard, path: str, outcome: Outcome) -> Response:
+        body = await read_body(request, settings.max_body)
+        url = upstream.url(path, request.url.query)
+        obj = _parse(body)
+        tools = declared_tools(obj)
+        headers = send_headers(request, outcome)
+        if isinstance(obj, dict):
+            outcome.model = obj.get("model") if isinstance(obj.get("model"), str) else None
+            outcome.stream = obj.get("stream") is True
+        if not isinstance(obj, dict) or not tools.declared:
+            return await _forward(request, outcome, url, headers, body)
+        ex = Exchange("POST", url, headers, body, obj, tools, outcome)
+        if outcome.stream:
+            return await _streamed(request, guard, ex)
+        status, rheaders, data = await until_disconnect(request, guard.reply(ex))
+        outcome.status = status
+        rheaders |= action_headers(outcome) | _ids(outcome)
+        return Response(data, status, headers=rheaders)
 
     async def _streamed(request: Request, guard: Guard, ex: Exchange) -> Response:
         agen = guard.stream(ex)
@@ -269,26 +272,19 @@ def create_app(settings: Settings) -> FastAPI:
     )
     async def passthrough(request: Request, rest: str) -> Response:
         outcome = outcome_for(request, "other")
-        try:
-            raw_rest = request.scope.get("raw_path", b"").decode("latin-1").split("/v1/", 1)[-1]
-            url = upstream.url(raw_rest, request.url.query)
-            headers = send_headers(request, outcome)
-            declared = request.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > settings.max_body:
-                raise ClientError(413, "REQUEST_TOO_LARGE", "Request body too large")
-            body: Any = None
-            if request.method not in ("GET", "HEAD", "OPTIONS") or declared:
-                body = await read_body(request, settings.max_body)
-            return await _forward(request, outcome, url, headers, body)
-        except SpillguardError as error:
-            outcome.status, outcome.error, outcome.action = error.status, error.code, "error"
-            return error_response(error, _ids(outcome))
-        except ClientGone:
-            outcome.status, outcome.action = 499, "client_gone"
-            return Response(status_code=499)
-        finally:
-            if not outcome.deferred:
-                observer.record(outcome)
+        return await handled(outcome, _pass(request, outcome))
+
+    async def _pass(request: Request, outcome: Outcome) -> Response:
+        raw_rest = request.scope.get("raw_path", b"").decode("latin-1").split("/v1/", 1)[-1]
+        url = upstream.url(raw_rest, request.url.query)
+        headers = send_headers(request, outcome)
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > settings.max_body:
+            raise ClientError(413, "REQUEST_TOO_LARGE", "Request body too large")
+        body: Any = None
+        if request.method not in ("GET", "HEAD", "OPTIONS") or declared:
+            body = await read_body(request, settings.max_body)
+        return await _forward(request, outcome, url, headers, body)
 
     return app
 
