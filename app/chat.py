@@ -15,7 +15,7 @@ from typing import Any
 from .detect import Finding, ToolSet, TurnGuard
 from .errors import SpillguardError
 from .proxy import Wire
-from .sse import Event, encode_data
+from .sse import Event, Out, encode_data
 
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
@@ -68,15 +68,6 @@ class Splice:
     tool_offset: dict[int, int] = field(default_factory=dict)
 
 
-@dataclass
-class Out:
-    """Bytes for the client; `meaningful` when they carry something the client will show or
-    act on (so the response may be committed for them), not just a role chunk or a comment."""
-
-    data: bytes
-    meaningful: bool
-
-
 class ChatStream:
     """One upstream chat stream, edited through one TurnGuard per choice."""
 
@@ -89,6 +80,7 @@ class ChatStream:
         self._published: dict[int, list[str]] = {}
         self._published_len: dict[int, int] = {}
         self.tool_next: dict[int, int] = {}  # next free tool-call index per choice
+        self._rkeys: dict[int, str] = {}  # the reasoning key each choice uses
         self.head: dict[str, Any] = {}  # id, created, model of the first chunk
         self.finding: Finding | None = None
         self.finding_choice = 0
@@ -103,10 +95,19 @@ class ChatStream:
     def holding(self) -> int:
         return sum(g.holding for g in self._guards.values())
 
+    @property
+    def can_splice(self) -> bool:
+        """A retry may continue this client stream: one choice only (with n > 1 the other
+        choices have already finished their answers)."""
+        return len(self._guards) <= 1
+
     def leaked_text(self) -> str:
-        """The leaked choice's text as the model wrote it: published prose, then the markup."""
+        """The leaked choice's content as the model wrote it: published prose, then the markup
+        when the markup was in the content (reasoning is not the assistant turn's content)."""
         prose = "".join(self._published.get(self.finding_choice, []))
-        return prose + (self.finding.excerpt if self.finding else "")
+        if self.finding is not None and self.finding.field == "content":
+            return prose + self.finding.excerpt
+        return prose
 
     def feed(self, event: Event) -> list[Out]:
         if event.data is None:
@@ -138,7 +139,7 @@ class ChatStream:
                 kept.append(choice)
             if self.certain:
                 break
-        if chunk.get("usage") or not choices:
+        if chunk.get("usage"):
             meaningful = True
         if not changed:
             return [Out(event.raw, meaningful)]
@@ -162,12 +163,16 @@ class ChatStream:
                 return []
             delta: dict[str, Any] = {}
             if reasoning:
-                delta["reasoning_content"] = reasoning
+                delta[self._rkeys.get(index, "reasoning_content")] = reasoning
             if content:
                 delta["content"] = content
                 self._record(index, content)
             if delta:
                 chunk = {**self.head, "object": "chat.completion.chunk"}
+                if self._splice is not None:
+                    chunk.update(
+                        id=self._splice.id, created=self._splice.created, model=self._splice.model
+                    )
                 chunk["choices"] = [{"index": index, "delta": delta, "finish_reason": None}]
                 outs.append(Out(encode_data(_dumps(chunk)), True))
         return outs
@@ -182,9 +187,11 @@ class ChatStream:
         """Edit one choice in place: (changed, meaningful, keep)."""
         index = choice.get("index", 0)
         index = index if isinstance(index, int) else 0
-        guard = self._guard(index)
         delta = choice.get("delta")
         delta = delta if isinstance(delta, dict) else {}
+        if index in self._finished:  # a stray delta after finish_reason: nothing to judge
+            return False, any(v not in ("", None, []) for v in delta.values()), True
+        guard = self._guard(index)
         changed = meaningful = False
         released = ""
         tool_calls = delta.get("tool_calls")
@@ -193,12 +200,15 @@ class ChatStream:
             meaningful = True
             if isinstance(tool_calls, list):
                 changed |= self._index_tools(index, tool_calls)
-        rkey = next((k for k in REASONING_KEYS if isinstance(delta.get(k), str)), None)
-        reasoning = released + (guard.feed_reasoning(delta[rkey]) if rkey else "")
+        # vLLM may send the same reasoning under both keys: judge it once, edit every copy.
+        rkeys = [k for k in REASONING_KEYS if isinstance(delta.get(k), str)]
+        if rkeys:
+            self._rkeys.setdefault(index, rkeys[0])
+        reasoning = released + (guard.feed_reasoning(delta[rkeys[0]]) if rkeys else "")
         content_in = delta.get("content")
         content = guard.feed_content(content_in) if isinstance(content_in, str) else ""
         finish = choice.get("finish_reason")
-        if finish is not None and index not in self._finished:
+        if finish is not None:
             self._finished.add(index)
             rest_content, rest_reasoning = guard.finish()
             content += rest_content
@@ -210,16 +220,17 @@ class ChatStream:
             finish = None
             choice["finish_reason"] = None
             changed = True
-        if rkey or reasoning:
-            original = delta.get(rkey) if rkey else None
-            if reasoning != original:
-                delta[rkey or "reasoning_content"] = reasoning
+        for key in rkeys or ([self._rkeys.get(index, "reasoning_content")] if reasoning else []):
+            if delta.get(key) != reasoning:
+                delta[key] = reasoning
                 changed = True
-            meaningful |= bool(reasoning)
+        meaningful |= bool(reasoning)
         if isinstance(content_in, str) or content:
             if content != content_in:
                 delta["content"] = content
                 changed = True
+                if choice.get("logprobs") is not None:
+                    choice["logprobs"] = None  # they would spell out the held text
             meaningful |= bool(content)
             self._record(index, content)
         if self._splice is not None and "role" in delta:

@@ -6,6 +6,7 @@
     ├── UpstreamTimeout               504 UPSTREAM_TIMEOUT (connect, read-idle or total deadline)
     ├── UpstreamError                 502 UPSTREAM_ERROR (a spliced retry failed mid-stream)
     ├── ReplyTooLarge                 502 REPLY_TOO_LARGE (over the hold-back cap)
+    ├── InternalError                 500 INTERNAL_ERROR (a defect of spillguard's, no traceback)
     └── ClientError                   4xx from spillguard itself (body too large, bad target,
                                       proxy key missing, overloaded)
 
@@ -73,6 +74,14 @@ class UpstreamError(SpillguardError):
 class ReplyTooLarge(SpillguardError):
     code = "REPLY_TOO_LARGE"
     type = "upstream_error"
+
+
+class InternalError(SpillguardError):
+    """A defect in spillguard itself, reported cleanly (no traceback reaches a client)."""
+
+    status = 500
+    code = "INTERNAL_ERROR"
+    type = "server_error"
 
 
 class ClientError(SpillguardError):

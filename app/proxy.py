@@ -7,19 +7,29 @@ to start the response with, decided as late as possible) and then bytes.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .detect import Finding, ToolSet
-from .errors import LeakedToolCall, ReplyTooLarge, SpillguardError, UpstreamError
+from .errors import (
+    InternalError,
+    LeakedToolCall,
+    ReplyTooLarge,
+    SpillguardError,
+    UpstreamError,
+)
 from .observe import Outcome, Timed, timed
 from .settings import Mode, Settings
-from .sse import Event, SSEDecoder
+from .sse import Event, Out, SSEDecoder
 from .upstream import Upstream, end_to_end
 
 KEEPALIVE = b": keep-alive\n\n"
+DRAIN_SECONDS = 1.0  # at most this long reading on after a marker, for the name and family
+log = logging.getLogger("spillguard")
 # Headers of a reply whose body spillguard may rewrite or re-frame.
 REFRAMED = frozenset({"content-length", "content-encoding"})
 
@@ -32,6 +42,8 @@ class Stream(Protocol):
     def certain(self) -> bool: ...
     @property
     def holding(self) -> int: ...
+    @property
+    def can_splice(self) -> bool: ...
     def feed(self, event: Event) -> list[Any]: ...
     def finish(self) -> list[Any]: ...
     def settle(self) -> None: ...
@@ -155,7 +167,12 @@ class Guard:
                     started = True
                     ex.outcome.status = item.status
                 yield item
-        except SpillguardError as error:
+        except Exception as exc:
+            if isinstance(exc, SpillguardError):
+                error = exc
+            else:  # a bug of spillguard's own: the client still gets a clean error, never a 500
+                log.error("stream failed", extra={"fields": {"error": type(exc).__name__}})
+                error = InternalError("spillguard failed while relaying the stream")
             ex.outcome.error = error.code
             if ex.outcome.action in ("forwarded", "passed", "retried"):
                 ex.outcome.action = "failed" if isinstance(error, LeakedToolCall) else "error"
@@ -189,10 +206,12 @@ class Guard:
                 ):
                     if committed:
                         raise UpstreamError(f"Upstream answered the retry with {reply.status}")
-                    ex.outcome.action = "retried" if attempt == 2 else "passed"
+                    if attempt == 2:
+                        ex.outcome.action = "retried"
                     # Bytes go as read: decoded (and re-framed) only if spillguard decoded them.
                     drop = REFRAMED if reply.decoded else frozenset()
-                    yield Head(reply.status, end_to_end(reply.headers, drop), sse=False)
+                    headers = end_to_end(reply.headers, drop) | action_headers(ex.outcome)
+                    yield Head(reply.status, headers, sse=False)
                     async for data in reply.iter_raw():
                         yield data
                     return
@@ -214,7 +233,7 @@ class Guard:
                     outs: list[Any] = []
                     for event in decoder.feed(chunk) if chunk else decoder.flush():
                         fed = stream.feed(event)
-                        outs.extend([_Raw(event.raw)] if observe else fed)
+                        outs.extend([Out(event.raw)] if observe else fed)
                     if not chunk:  # the upstream's stream ended
                         if stream.certain:
                             stream.settle()
@@ -223,7 +242,7 @@ class Guard:
                             if not observe and not stream.certain:
                                 outs.extend(tail)
                                 if stream.done is not None:
-                                    outs.append(_Raw(stream.done))
+                                    outs.append(Out(stream.done))
                     # Output is publishable by construction. Before the response has started, a
                     # certain finding drops it: the retry (or a real 502) replaces it whole.
                     data = b"".join(o.data for o in outs)
@@ -239,7 +258,7 @@ class Guard:
                         pending.clear()
                     else:
                         pending.append(data)
-                    if stream.holding > s.hold_limit:
+                    if not observe and stream.holding > s.hold_limit:
                         raise ReplyTooLarge(f"Held back more than {s.hold_limit} characters")
                     if not chunk or (stream.certain and not observe):
                         break
@@ -251,26 +270,25 @@ class Guard:
             self._note(ex, finding, attempt)
             if observe:
                 return
-            if s.mode is Mode.FAIL or attempt == 2:
+            if s.mode is Mode.FAIL or attempt == 2 or (committed and not stream.can_splice):
                 raise self._leak(ex, finding, attempt)
             obj = self.wire.retry_body(obj, stream.leaked_text(), s.correction)
             body = json.dumps(obj, ensure_ascii=False).encode()
             previous = stream if committed else None
 
     async def _drain(self, reply: Timed, decoder: SSEDecoder, stream: Any) -> None:
-        """Read the rest of a leaking reply (bounded) so its family and tool name settle."""
+        """Read a little more of a leaking reply so its family and tool name settle: bounded
+        in size and in time (the retry, or the 502, should not wait for a whole generation)."""
         read = 0
-        while read < self.settings.hold_limit and stream.done is None:
-            chunk = await reply.chunk()
-            read += len(chunk)
-            for event in decoder.feed(chunk) if chunk else decoder.flush():
-                stream.feed(event)
-            if not chunk:
-                break
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                while read < self.settings.hold_limit and stream.done is None:
+                    chunk = await reply.chunk()
+                    read += len(chunk)
+                    for event in decoder.feed(chunk) if chunk else decoder.flush():
+                        stream.feed(event)
+                    if not chunk:
+                        break
+        except TimeoutError:
+            pass
         stream.settle()
-
-
-@dataclass
-class _Raw:
-    data: bytes
-    meaningful: bool = True

@@ -18,7 +18,7 @@ from typing import Any
 from .detect import Finding, Scanner, ToolSet
 from .errors import SpillguardError
 from .proxy import Wire
-from .sse import Event, encode_event
+from .sse import Event, Out, encode_event
 
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
 Key = tuple[int, int]
@@ -88,74 +88,82 @@ def retry_body(body: dict[str, Any], leaked: str, correction: str) -> dict[str, 
 
 
 @dataclass
-class Out:
-    data: bytes
-    meaningful: bool
+class _Text:
+    """One output_text part, or one reasoning summary part, as the client has seen it."""
 
-
-@dataclass
-class _Part:
-    """One output_text part as the client has seen it."""
-
-    item: dict[str, Any]
     output_index: int
-    content_index: int
+    index: int  # content_index, or summary_index
+    item_id: Any
     scanner: Scanner
     published: list[str] = field(default_factory=list)
+
+
+# An event on its way out: (data, the upstream's event when unchanged, synthesized here).
+Pending = tuple[dict[str, Any], Event | None, bool]
 
 
 class ResponsesStream:
     def __init__(self, tools: ToolSet, hold_limit: int, previous: ResponsesStream | None) -> None:
         self._tools = tools
         self._hold_limit = hold_limit
-        self._parts: dict[Key, _Part] = {}
-        self._items: dict[int, dict[str, Any]] = {}  # message items opened, by output index
-        self._reasoning: dict[Key, Scanner] = {}
-        self._reasoning_ids: dict[int, Any] = {}
-        self._parked: list[Out] = []
+        self._parts: dict[Key, _Text] = {}
+        self._summaries: dict[Key, _Text] = {}
+        self._opened: dict[int, dict[str, Any]] = {}  # items the client saw added, by index
+        self._closed: dict[int, dict[str, Any]] = {}  # items the client saw done
+        self._parked: list[Pending] = []
+        self._parked_bytes = 0
         self._called = False
         self.finding: Finding | None = None
         self.done: bytes | None = None  # Responses streams have no [DONE]
         self.seq = -1  # the last sequence number sent
-        self._splice = previous
-        self._offset = 0  # output indices of the first attempt's items, in a splice
-        self._closing: list[Out] = []
+        self.identity: dict[str, Any] = {}  # id and created_at of the response the client saw
+        self._splice = previous is not None
+        self._renumber = self._splice  # once set, every event gets the next number
+        self._offset = 0  # output indices taken by the first attempt's items, in a splice
         self._carried: list[dict[str, Any]] = []  # the first attempt's items, closed
+        self._closing: list[Out] = []
         if previous is not None:
             self._closing, self._carried = previous.close_open_items()
             self.seq = previous.seq
             self._offset = previous.next_index
+            self.identity = previous.identity
 
     @property
     def certain(self) -> bool:
         return self.finding is not None
 
     @property
+    def can_splice(self) -> bool:
+        return True
+
+    @property
     def holding(self) -> int:
         held = sum(p.scanner.holding for p in self._parts.values())
-        held += sum(len(o.data) for o in self._parked)
-        return held + sum(s.holding for s in self._reasoning.values())
+        held += sum(t.scanner.holding for t in self._summaries.values())
+        return held + self._parked_bytes
 
     @property
     def next_index(self) -> int:
-        return self._offset + max((k + 1 for k in self._items), default=0)
+        return self._offset + max((k + 1 for k in self._opened), default=0)
 
     def leaked_text(self) -> str:
         published = "".join("".join(p.published) for p in self._parts.values())
-        return published + (self.finding.excerpt if self.finding else "")
+        if self.finding is not None and self.finding.field == "content":
+            return published + self.finding.excerpt
+        return published
 
     def settle(self) -> None:
         """Read the family and name from all markup seen (the stream ended after a finding)."""
-        for scanner in [p.scanner for p in self._parts.values()] + list(self._reasoning.values()):
-            if scanner.marker_seen and not scanner.finished:
-                scanner.finish()
-                if scanner.finding is not None:
-                    self.finding = scanner.finding
+        for text in [*self._parts.values(), *self._summaries.values()]:
+            if text.scanner.marker_seen and not text.scanner.finished:
+                text.scanner.finish()
+                if text.scanner.finding is not None:
+                    self.finding = text.scanner.finding
                     return
 
     def finish(self) -> list[Out]:
         """The upstream ended without a terminal event: settle what was held."""
-        return self._flush_all(None)
+        return self._send_all(self._flush_all())
 
     def feed(self, event: Event) -> list[Out]:
         if event.data is None:
@@ -172,204 +180,209 @@ class ResponsesStream:
         assert isinstance(data, dict)
         outs, self._closing = self._closing, []
         parking = self._reasoning_marker()  # markup seen in reasoning before this event
-        edited = self._edit(kind, data, event)
+        pending = self._edit(kind, data, event)
         if parking and self._reasoning_marker() and not self.certain:
-            self._parked += edited  # until a real call releases it, or the end makes a finding
-        else:
-            outs += edited
-        return outs
+            # Parked until a real call releases it, or the end makes it a finding.
+            self._parked += pending
+            self._parked_bytes += len(event.raw)
+            return outs
+        return outs + self._send_all(pending)
 
     # ---- editing -----------------------------------------------------------------------
 
-    def _edit(self, kind: str, data: dict[str, Any], event: Event) -> list[Out]:
+    def _edit(self, kind: str, data: dict[str, Any], event: Event) -> list[Pending]:
         oi = _index(data, "output_index")
-        if kind in ("response.created", "response.in_progress") and self._splice is not None:
+        same: list[Pending] = [(data, event, False)]
+        if self._splice and kind in ("response.created", "response.in_progress"):
             return []
-        if kind == "response.output_item.added":
-            item = data.get("item")
-            if _is_call(item):
-                released = self._release_reasoning()
-                return [*released, self._emit(data, event)]
-            if isinstance(item, dict) and item.get("type") == "message":
-                self._items[oi] = item
-        elif kind == "response.output_text.delta":
-            part = self._part(data, oi)
-            delta = data.get("delta")
-            text = part.scanner.feed(delta) if isinstance(delta, str) else ""
-            part.published.append(text)
-            if part.scanner.marker_seen:
-                self.finding = part.scanner.finding
-            if text != delta:
-                if not text:
-                    return []
-                return [self._emit({**data, "delta": text}, None)]
-        elif kind == "response.output_text.done":
-            part = self._part(data, oi)
+        if kind == "response.output_item.added" and _is_call(data.get("item")):
+            return self._release_reasoning() + same
+        if kind == "response.output_text.delta":
+            part = self._text(data, oi, True)
+            return self._scan(part, data, event, is_part=True)
+        if kind == "response.output_text.done":
+            part = self._text(data, oi, True)
             rest = part.scanner.finish()
             part.published.append(rest)
             if part.scanner.finding is not None:
                 self.finding = part.scanner.finding
                 return []
-            before = [self._synth_delta(part, rest)] if rest else []
-            return [*before, self._emit(data, event)]
-        elif kind == "response.reasoning_summary_text.delta" and not self._called:
-            scanner = self._summary(data, oi)
-            delta = data.get("delta")
-            text = scanner.feed(delta) if isinstance(delta, str) else ""
-            if text != delta:
-                return [self._emit({**data, "delta": text}, None)] if text else []
-        elif kind == "response.reasoning_summary_text.done" and not self._called:
-            scanner = self._summary(data, oi)
-            if not scanner.marker_seen:
-                rest = scanner.finish()
-                if rest:
-                    synth = {**data, "type": "response.reasoning_summary_text.delta"}
-                    synth.pop("text", None)
-                    synth["delta"] = rest
-                    return [self._emit(synth, None), self._emit(data, event)]
-        elif kind in TERMINAL:
-            flushed = self._flush_all(data)
+            return ([self._synth_delta(part, rest, True)] if rest else []) + same
+        if kind.startswith("response.reasoning_summary_text.") and not self._called:
+            summary = self._text(data, oi, False)
+            if kind.endswith(".delta"):
+                return self._scan(summary, data, event, is_part=False)
+            if kind.endswith(".done") and not summary.scanner.marker_seen:
+                rest = summary.scanner.finish()
+                summary.published.append(rest)
+                return ([self._synth_delta(summary, rest, False)] if rest else []) + same
+        if kind in TERMINAL:
+            flushed = self._flush_all()
             if self.certain:
                 return []
-            raw = event if self._splice is None else None
-            return [*flushed, self._emit(self._completed(data), raw)]
-        return [self._emit(data, event)]
+            return [*flushed, (self._completed(data), None if self._splice else event, False)]
+        return same
 
-    def _emit(self, data: dict[str, Any], event: Event | None) -> Out:
-        """Send an event: its own bytes when untouched, else re-serialized. In a splice every
-        event is renumbered and shifted past the first attempt's items."""
+    def _scan(
+        self, text: _Text, data: dict[str, Any], event: Event, is_part: bool
+    ) -> list[Pending]:
+        delta = data.get("delta")
+        out = text.scanner.feed(delta) if isinstance(delta, str) else ""
+        text.published.append(out)
+        if is_part and text.scanner.marker_seen:
+            self.finding = text.scanner.finding
+        if out == delta:
+            return [(data, event, False)]
+        return [({**data, "delta": out}, None, False)] if out else []
+
+    def _send_all(self, pending: list[Pending]) -> list[Out]:
+        return [self._send(*p) for p in pending]
+
+    def _send(self, data: dict[str, Any], event: Event | None, synthesized: bool) -> Out:
+        """Number an event as it goes out: the upstream's own bytes while nothing here has
+        been inserted, else re-serialized with the next number (and, in a splice, shifted past
+        the first attempt's items and carrying the first response's identity)."""
+        kind = data.get("type")
+        oi = _index(data, "output_index")
+        if kind == "response.output_item.added" and isinstance(data.get("item"), dict):
+            self._opened[oi] = data["item"]
+        elif kind == "response.output_item.done" and isinstance(data.get("item"), dict):
+            self._closed[oi] = data["item"]
+        elif kind == "response.created" and isinstance(data.get("response"), dict):
+            response = data["response"]
+            self.identity = {"id": response.get("id"), "created_at": response.get("created_at")}
+        self._renumber |= synthesized
         seq = data.get("sequence_number")
-        if self._splice is None and event is not None:
-            self.seq = seq if isinstance(seq, int) else self.seq
-            return Out(event.raw, self._meaningful(data))
-        if self._splice is not None:
-            data = dict(data)
-            if isinstance(data.get("output_index"), int):
-                data["output_index"] += self._offset
-            seq = self.seq + 1
-        elif not isinstance(seq, int) or seq <= self.seq:
-            seq = self.seq + 1
-        data["sequence_number"] = seq
-        self.seq = seq
-        return Out(encode_event(str(data.get("type")), _dumps(data)), self._meaningful(data))
+        if event is not None and not self._renumber and isinstance(seq, int) and seq > self.seq:
+            self.seq = seq
+            return Out(event.raw, _meaningful(data))
+        data = dict(data)
+        if not self._renumber and isinstance(seq, int) and seq > self.seq:
+            self.seq = seq
+        else:
+            self.seq = data["sequence_number"] = self.seq + 1
+        if self._offset and isinstance(data.get("output_index"), int):
+            data["output_index"] += self._offset
+        if self._splice and isinstance(data.get("response"), dict) and self.identity:
+            data["response"] = {**data["response"], **self.identity}
+        return Out(encode_event(str(kind), _dumps(data)), _meaningful(data))
 
-    @staticmethod
-    def _meaningful(data: dict[str, Any]) -> bool:
-        kind = data.get("type", "")
-        if kind.endswith(".delta"):
-            return bool(data.get("delta"))
-        return kind not in ("response.created", "response.in_progress") and not kind.endswith(
-            ".added"
-        )
+    def _text(self, data: dict[str, Any], oi: int, is_part: bool) -> _Text:
+        """The part (or reasoning summary part) an event belongs to; made on first sight."""
+        table = self._parts if is_part else self._summaries
+        index = _index(data, "content_index" if is_part else "summary_index")
+        text = table.get((oi, index))
+        if text is None:
+            hold = self._hold_limit
+            if is_part:
+                scanner = Scanner(self._tools, hold_limit=hold)
+            else:  # reasoning may be released after all: keep all of its markup
+                scanner = Scanner(
+                    self._tools, blobs=False, field="reasoning", hold_limit=hold, markup_limit=hold
+                )
+            text = table[(oi, index)] = _Text(oi, index, data.get("item_id"), scanner)
+        return text
 
-    def _part(self, data: dict[str, Any], oi: int) -> _Part:
-        ci = _index(data, "content_index")
-        part = self._parts.get((oi, ci))
-        if part is None:
-            item = self._items.setdefault(oi, {"id": data.get("item_id"), "type": "message"})
-            scanner = Scanner(self._tools, hold_limit=self._hold_limit)
-            part = self._parts[(oi, ci)] = _Part(item, oi, ci, scanner)
-        return part
-
-    def _summary(self, data: dict[str, Any], oi: int) -> Scanner:
-        si = _index(data, "summary_index")
-        self._reasoning_ids.setdefault(oi, data.get("item_id"))
-        scanner = self._reasoning.get((oi, si))
-        if scanner is None:
-            scanner = self._reasoning[(oi, si)] = Scanner(
-                self._tools,
-                blobs=False,
-                field="reasoning",
-                hold_limit=self._hold_limit,
-                markup_limit=self._hold_limit,
-            )
-        return scanner
-
-    def _synth_delta(self, part: _Part, text: str) -> Out:
-        return self._emit(
-            {
-                "type": "response.output_text.delta",
-                "item_id": part.item.get("id"),
-                "output_index": part.output_index,
-                "content_index": part.content_index,
-                "delta": text,
-                "logprobs": [],
-            },
-            None,
-        )
+    def _synth_delta(self, text: _Text, delta: str, is_part: bool) -> Pending:
+        common = {"item_id": text.item_id, "output_index": text.output_index}
+        if is_part:
+            data = {"type": "response.output_text.delta", **common, "content_index": text.index}
+            data["logprobs"] = []
+        else:
+            data = {"type": "response.reasoning_summary_text.delta", **common}
+            data["summary_index"] = text.index
+        data["delta"] = delta
+        return (data, None, True)
 
     def _reasoning_marker(self) -> bool:
-        return not self._called and any(s.marker_seen for s in self._reasoning.values())
+        return not self._called and any(t.scanner.marker_seen for t in self._summaries.values())
 
-    def _release_reasoning(self) -> list[Out]:
+    def _release_reasoning(self) -> list[Pending]:
         """A real call arrived: held reasoning (markup included) goes out, then what was
         parked behind it, in order."""
         self._called = True
-        outs: list[Out] = []
-        for (oi, si), scanner in self._reasoning.items():
-            if scanner.finished:
+        out: list[Pending] = []
+        for summary in self._summaries.values():
+            if summary.scanner.finished:
                 continue
-            held = scanner.finish()
-            markup = scanner.finding.excerpt if scanner.finding else ""
-            if held + markup:
-                delta = {"type": "response.reasoning_summary_text.delta", "output_index": oi}
-                delta.update(item_id=self._reasoning_ids.get(oi), summary_index=si)
-                delta["delta"] = held + markup
-                outs.append(self._emit(delta, None))
-        outs += self._parked
-        self._parked = []
-        return outs
+            held = summary.scanner.finish()
+            finding = summary.scanner.finding
+            text = held + (finding.excerpt if finding else "")
+            summary.published.append(text)
+            if text:
+                out.append(self._synth_delta(summary, text, False))
+        out += self._parked
+        self._parked, self._parked_bytes = [], 0
+        return out
 
-    def _flush_all(self, terminal: dict[str, Any] | None) -> list[Out]:
-        outs: list[Out] = []
-        for part in self._parts.values():
-            if not part.scanner.finished:
-                rest = part.scanner.finish()
-                part.published.append(rest)
-                if part.scanner.finding is not None:
-                    self.finding = part.scanner.finding
+    def _flush_all(self) -> list[Pending]:
+        """Settle every open part at the end: held text goes out, or a finding is made."""
+        out: list[Pending] = []
+        for table, is_part in ((self._parts, True), (self._summaries, False)):
+            if not is_part and self._called:
+                continue
+            for text in table.values():
+                if text.scanner.finished:
+                    continue
+                rest = text.scanner.finish()
+                text.published.append(rest)
+                if text.scanner.finding is not None:
+                    self.finding = self.finding or text.scanner.finding
                 elif rest:
-                    outs.append(self._synth_delta(part, rest))
-        if not self._called:
-            for scanner in self._reasoning.values():
-                if not scanner.finished:
-                    scanner.finish()
-                if scanner.finding is not None and self.finding is None:
-                    self.finding = scanner.finding
+                    out.append(self._synth_delta(text, rest, is_part))
         if self.finding is None and self._parked:
-            outs, self._parked = self._parked + outs, []
-        return outs
+            out = self._parked + out
+            self._parked, self._parked_bytes = [], 0
+        return out
 
     def _completed(self, data: dict[str, Any]) -> dict[str, Any]:
-        """In a splice, the final response lists the first attempt's closed items first."""
-        if self._splice is None or not isinstance(data.get("response"), dict):
+        """In a splice, the final response lists the first attempt's items first."""
+        if not self._splice or not isinstance(data.get("response"), dict):
             return data
         response = dict(data["response"])
         response["output"] = self._carried + list(response.get("output") or [])
         return {**data, "response": response}
 
     def close_open_items(self) -> tuple[list[Out], list[dict[str, Any]]]:
-        """Close this attempt's message items at the text the client has, for a splice."""
-        outs: list[Out] = []
+        """For a splice: every item the client saw, closed at the text the client has (items
+        already done stay as they were), and the events that close the open ones."""
+        pending: list[Pending] = []
         carried: list[dict[str, Any]] = []
-        for oi, item in sorted(self._items.items()):
-            parts = [p for p in self._parts.values() if p.output_index == oi]
-            content = []
-            for part in sorted(parts, key=lambda p: p.content_index):
-                text = "".join(part.published)
-                piece = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-                content.append(piece)
-                common = {"item_id": item.get("id"), "output_index": oi}
-                common["content_index"] = part.content_index
-                text_done = {"type": "response.output_text.done", **common, "text": text}
-                text_done["logprobs"] = []
-                part_done = {"type": "response.content_part.done", **common, "part": piece}
-                outs += [self._emit(text_done, None), self._emit(part_done, None)]
-            closed = {**item, "status": "completed", "content": content}
+        for oi, item in sorted(self._opened.items()):
+            if oi in self._closed:
+                carried.append(self._closed[oi])
+                continue
+            closed = {**item, "status": "completed"}
+            if item.get("type") == "message":
+                content = []
+                for part in sorted(self._at(self._parts, oi), key=lambda p: p.index):
+                    text = "".join(part.published)
+                    piece = {"type": "output_text", "text": text, "annotations": []}
+                    piece["logprobs"] = []
+                    content.append(piece)
+                    common = {"item_id": part.item_id, "output_index": oi}
+                    common["content_index"] = part.index
+                    done = {"type": "response.output_text.done", **common, "text": text}
+                    part_done = {"type": "response.content_part.done", **common, "part": piece}
+                    pending += [({**done, "logprobs": []}, None, True), (part_done, None, True)]
+                closed["content"] = content
+            elif item.get("type") == "reasoning":
+                summary = []
+                for text_part in sorted(self._at(self._summaries, oi), key=lambda t: t.index):
+                    text = "".join(text_part.published)
+                    summary.append({"type": "summary_text", "text": text})
+                    done = {"type": "response.reasoning_summary_text.done", "output_index": oi}
+                    done.update(item_id=text_part.item_id, summary_index=text_part.index)
+                    pending.append(({**done, "text": text}, None, True))
+                closed["summary"] = summary
             carried.append(closed)
-            done = {"type": "response.output_item.done", "output_index": oi, "item": closed}
-            outs.append(self._emit(done, None))
-        return outs, carried
+            item_done = {"type": "response.output_item.done", "output_index": oi, "item": closed}
+            pending.append((item_done, None, True))
+        return self._send_all(pending), carried
+
+    @staticmethod
+    def _at(table: dict[Key, _Text], oi: int) -> list[_Text]:
+        return [t for (o, _), t in table.items() if o == oi]
 
     def _drain(self, kind: str | None, data: dict[str, Any]) -> None:
         """After a finding, keep feeding the leaking part so its name and family settle."""
@@ -381,6 +394,13 @@ class ResponsesStream:
         elif kind in TERMINAL or kind == "response.output_text.done":
             self.settle()
             self.done = b""
+
+
+def _meaningful(data: dict[str, Any]) -> bool:
+    kind = str(data.get("type", ""))
+    if kind.endswith(".delta"):
+        return bool(data.get("delta"))
+    return kind not in ("response.created", "response.in_progress") and not kind.endswith(".added")
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: Any | None) -> ResponsesStream:

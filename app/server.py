@@ -165,7 +165,7 @@ def create_app(settings: Settings) -> FastAPI:
             outcome.status, outcome.error = error.status, error.code
             if outcome.action != "failed":  # failed: a leak; anything else is an error
                 outcome.action = "error"
-            return error_response(error, chat.error_headers(error) | _ids(outcome))
+            return error_response(error, _ids(chat.error_headers(error), outcome))
         except ClientGone:
             outcome.status, outcome.action = 499, "client_gone"
             return Response(status_code=499)
@@ -194,8 +194,8 @@ def create_app(settings: Settings) -> FastAPI:
             return await _streamed(request, guard, ex)
         status, rheaders, data = await until_disconnect(request, guard.reply(ex))
         outcome.status = status
-        rheaders |= action_headers(outcome) | _ids(outcome)
-        return Response(data, status, headers=rheaders)
+        rheaders = _ids(rheaders | action_headers(outcome), outcome)
+        return respond(Response(data, status), rheaders)
 
     async def _streamed(request: Request, guard: Guard, ex: Exchange) -> Response:
         agen = guard.stream(ex)
@@ -205,7 +205,7 @@ def create_app(settings: Settings) -> FastAPI:
             await agen.aclose()
             raise
         assert isinstance(head, Head)
-        headers = head.headers | _ids(ex.outcome)
+        headers = _ids(head.headers, ex.outcome)
 
         async def rest() -> AsyncIterator[bytes]:
             try:
@@ -221,13 +221,15 @@ def create_app(settings: Settings) -> FastAPI:
 
         if head.body is not None:
             await agen.aclose()
-            return Response(head.body, head.status, headers=headers, media_type="application/json")
+            return respond(
+                Response(head.body, head.status, media_type="application/json"), headers
+            )
         observer.defer(ex.outcome)
         if not head.sse:
-            return StreamingResponse(
-                rest(), head.status, headers=headers, background=BackgroundTask(done)
-            )
-        return EventSourceResponse(
+            response = StreamingResponse(rest(), head.status, background=BackgroundTask(done))
+            return respond(response, headers)
+        cookies = headers.pop("set-cookie", None)
+        sse = EventSourceResponse(
             rest(),
             background=BackgroundTask(done),
             status_code=head.status,
@@ -237,6 +239,7 @@ def create_app(settings: Settings) -> FastAPI:
             ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
             shutdown_grace_period=settings.graceful_timeout,
         )
+        return respond(sse, {"set-cookie": cookies} if cookies else {})
 
     async def _forward(
         request: Request, outcome: Outcome, url: str, headers: dict[str, str], body: Any
@@ -257,15 +260,14 @@ def create_app(settings: Settings) -> FastAPI:
                 reply.close()
                 observer.record(outcome)
 
-        rheaders = end_to_end(reply.headers) | _ids(outcome)
+        rheaders = _ids(end_to_end(reply.headers), outcome)
 
         async def done() -> None:  # async: on the event loop, never in a thread
             observer.record(outcome)
 
         observer.defer(outcome)  # recorded when the body has been relayed
-        return StreamingResponse(
-            relay(), reply.status, headers=rheaders, background=BackgroundTask(done)
-        )
+        response = StreamingResponse(relay(), reply.status, background=BackgroundTask(done))
+        return respond(response, rheaders)
 
     @app.api_route(
         "/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -289,8 +291,22 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def _ids(outcome: Outcome) -> dict[str, str]:
-    return {"x-request-id": outcome.request_id}
+def respond(response: Response, headers: dict[str, str]) -> Response:
+    """Put relayed headers on a response, each Set-Cookie value on a line of its own."""
+    raw = response.raw_headers
+    for name, value in headers.items():
+        values = value.split("\n") if name == "set-cookie" else [value]
+        raw.extend((name.encode("latin-1"), v.encode("latin-1")) for v in values)
+    return response
+
+
+def _ids(headers: dict[str, str], outcome: Outcome) -> dict[str, str]:
+    """The request ids on a response: the upstream's own `x-request-id` passes through (an SDK's
+    `.request_id`, what its provider's support asks for); spillguard's id fills it otherwise,
+    and is always in `x-spillguard-request-id`. Header names here are lower case."""
+    headers.setdefault("x-request-id", outcome.request_id)
+    headers["x-spillguard-request-id"] = outcome.request_id
+    return headers
 
 
 def _parse(body: bytes) -> Any:

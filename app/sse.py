@@ -36,6 +36,7 @@ class SSEDecoder:
         self._data: list[bytes] = []
         self._name: bytes | None = None
         self._fields = False  # the event so far has a data or event field
+        self._strip = False  # the event has id: or retry: lines to drop
         self._max_event = max_event
 
     def feed(self, chunk: bytes) -> list[Event]:
@@ -56,9 +57,8 @@ class SSEDecoder:
             else:
                 pos = n
                 break
-            if end == start:  # a blank line ends the event
-                if self._fields or start > self._event_start:
-                    events.append(self._emit(bytes(buf[self._event_start : nxt])))
+            if end == start:  # a blank line ends the event (even an empty one: bytes are kept)
+                events.append(self._emit(bytes(buf[self._event_start : nxt])))
                 self._event_start = nxt
             else:
                 self._field(bytes(buf[start:end]))
@@ -98,12 +98,31 @@ class SSEDecoder:
         elif name == b"event":
             self._name = value
             self._fields = True
+        elif name in (b"id", b"retry"):
+            self._strip = True
 
     def _emit(self, raw: bytes) -> Event:
         data = b"\n".join(self._data).decode("utf-8", "replace") if self._data else None
         name = self._name.decode("utf-8", "replace") if self._name is not None else None
-        self._data, self._name, self._fields = [], None, False
+        if self._strip:
+            # `id:` and `retry:` never go to a client: openai-python keeps the last id forever
+            # and then reads a later comment-only block (a keep-alive) as an empty event.
+            raw = b"".join(
+                line
+                for line in raw.splitlines(keepends=True)
+                if not line.startswith((b"id:", b"retry:", b"id\r", b"id\n", b"retry\r"))
+            )
+        self._data, self._name, self._fields, self._strip = [], None, False, False
         return Event(raw=raw, data=data, event=name)
+
+
+@dataclass(frozen=True, slots=True)
+class Out:
+    """Bytes for the client; `meaningful` when they carry something the client will show or
+    act on (so a response may start for them), not just a role chunk or a comment."""
+
+    data: bytes
+    meaningful: bool = True
 
 
 def encode_data(data: str) -> bytes:

@@ -37,7 +37,9 @@ HOP_BY_HOP = frozenset(
 
 
 def end_to_end(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> dict[str, str]:
-    """Headers minus hop-by-hop ones, those named in Connection, and `drop` (lower case)."""
+    """Headers minus hop-by-hop ones, those named in Connection, and `drop`; names in lower
+    case, repeated headers joined as HTTP allows (Set-Cookie values newline-separated, for
+    `server.respond` to send as separate lines)."""
     named: set[str] = set()
     for value in _getall(headers, "connection"):
         named.update(t.strip().lower() for t in value.split(","))
@@ -46,7 +48,9 @@ def end_to_end(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -
         low = key.lower()
         if low in HOP_BY_HOP or low in named or low in drop:
             continue
-        out[key] = f"{out[key]}, {value}" if key in out else value
+        if low in out:  # Set-Cookie cannot be comma-joined: kept apart, see `set_cookies`
+            value = out[low] + ("\n" if low == "set-cookie" else ", ") + value
+        out[low] = value
     return out
 
 

@@ -71,7 +71,7 @@ _CANONICAL = tuple((canon(m), fam) for m, fam in MARKERS.items())
 
 _BY_MARKER = dict(_CANONICAL)
 _LENGTHS = sorted({len(m) for m in _BY_MARKER})
-_PREFIXES = frozenset(m[:i] for m in _BY_MARKER for i in range(1, len(m) + 1))
+_PREFIXES = frozenset(m[:i] for m in _BY_MARKER for i in range(len(m) + 1))  # "" included
 
 # Characters a line may start with (after up to three spaces) and still open a marker.
 MARKER_FIRST_CHARS = frozenset(m[0] for m, _ in _CANONICAL) | {"\\"}

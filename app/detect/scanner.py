@@ -91,10 +91,10 @@ class Scanner:
 
     def feed(self, text: str) -> str:
         """Take the next delta; return the text that may be published now."""
-        if self.finished:
-            raise RuntimeError("feed() after finish()")
         if not text:
             return ""
+        if self.finished:
+            raise RuntimeError("feed() after finish()")
         base = self._seen
         self._seen += len(text)
         if self._marker_family is not None:
