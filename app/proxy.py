@@ -135,25 +135,36 @@ class Guard:
                 if not identity:  # compressed in a way spillguard cannot read: pass it as is
                     headers = end_to_end(reply.headers, frozenset({"content-length"}))
             if status != 200 or "json" not in ctype or not identity:
+                if attempt == 2:
+                    ex.outcome.action = "retried"
                 return status, headers, data  # the upstream's own answer, as it sent it
-            try:
-                parsed = json.loads(data)
-            except (ValueError, RecursionError):
+            leaked = self._judge_whole(ex, data, attempt)
+            if leaked is None:
                 return status, headers, data
-            found = self.wire.inspect_reply(parsed, ex.tools, s.hold_limit)
-            if found is None:
-                ex.outcome.action = "retried" if attempt == 2 else "passed"
-                return status, headers, data
-            finding, leaked = found
-            self._note(ex, finding, attempt)
-            if s.mode is Mode.OBSERVE:
-                ex.outcome.action = "observed"
-                return status, headers, data
-            if s.mode is Mode.FAIL or attempt == 2:
-                raise self._leak(ex, finding, attempt)
             obj = self.wire.retry_body(obj, leaked, s.correction)
             body = json.dumps(obj, ensure_ascii=False).encode()
         raise AssertionError("unreachable")
+
+    def _judge_whole(self, ex: Exchange, data: bytes, attempt: int) -> str | None:
+        """Judge a whole JSON reply: None to pass it (setting the action), the leaked text to
+        retry with, or raise the leak when there is no retry left."""
+        s = self.settings
+        try:
+            parsed = json.loads(data)
+        except (ValueError, RecursionError):
+            parsed = None
+        found = self.wire.inspect_reply(parsed, ex.tools, s.hold_limit) if parsed else None
+        if found is None:
+            ex.outcome.action = "retried" if attempt == 2 else "passed"
+            return None
+        finding, leaked = found
+        self._note(ex, finding, attempt)
+        if s.mode is Mode.OBSERVE:
+            ex.outcome.action = "observed"
+            return None
+        if s.mode is Mode.FAIL or attempt == 2:
+            raise self._leak(ex, finding, attempt)
+        return leaked
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -199,6 +210,19 @@ class Guard:
         for attempt in (1, 2):
             ex.outcome.attempts = attempt
             async with await self._open(ex, body) as reply:
+                json_reply = reply.status == 200 and "json" in reply.content_type
+                if json_reply and reply.identity and not committed:
+                    # A stream request answered with one JSON reply: judge it whole.
+                    data = await reply.read(s.max_reply)
+                    found = self._judge_whole(ex, data, attempt)
+                    if found is None:
+                        headers = end_to_end(reply.headers, REFRAMED) | action_headers(ex.outcome)
+                        yield Head(200, headers, sse=False)
+                        yield data
+                        return
+                    obj = self.wire.retry_body(obj, found, s.correction)
+                    body = json.dumps(obj, ensure_ascii=False).encode()
+                    continue
                 if (
                     reply.status != 200
                     or reply.content_type != "text/event-stream"

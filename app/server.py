@@ -221,9 +221,7 @@ def create_app(settings: Settings) -> FastAPI:
 
         if head.body is not None:
             await agen.aclose()
-            return respond(
-                Response(head.body, head.status, media_type="application/json"), headers
-            )
+            return respond(Response(head.body, head.status, media_type="application/json"), headers)
         observer.defer(ex.outcome)
         if not head.sse:
             response = StreamingResponse(rest(), head.status, background=BackgroundTask(done))

@@ -408,3 +408,16 @@ async def test_keepalive_comments_while_held_and_no_id_or_retry_fields(harness: 
     )
     got, _, _ = await collect(stream)
     assert got == "".join(pieces)
+
+
+async def test_stream_request_answered_with_whole_json_is_inspected(harness: Any) -> None:
+    leak = json.dumps(completion(Turn(content=LEAKS["hermes"]), "m")).encode()
+    fine = json.dumps(completion(HONEST, "m")).encode()
+    json_headers = {"content-type": "application/json"}
+    h = await harness(Raw(200, json_headers, [leak]), Raw(200, json_headers, [fine]))
+    async with h.http() as http:
+        r = await http.post("/chat/completions", json=chat_body(stream=True))
+    assert r.status_code == 200
+    assert r.content == fine
+    assert r.headers["x-spillguard-action"] == "retried"
+    assert h.calls == 2
