@@ -148,13 +148,16 @@ def create_app(settings: Settings) -> FastAPI:
         headers["x-request-id"] = outcome.request_id
         return headers
 
-    @app.post("/v1/chat/completions")
+    # The proxy routes are plain Starlette routes: FastAPI's per-request dependency solving
+    # buys nothing for an endpoint that reads the raw request (see bench/RESULTS.md).
     async def chat_completions(request: Request) -> Response:
         return await inspected(request, chat, "chat", "chat/completions")
 
-    @app.post("/v1/responses")
     async def responses(request: Request) -> Response:
         return await inspected(request, responses_guard, "responses", "responses")
+
+    app.router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.router.add_route("/v1/responses", responses, methods=["POST"])
 
     async def handled(outcome: Outcome, work: Awaitable[Response]) -> Response:
         """Run a route: spillguard's own errors become their error response, a client that left
@@ -267,10 +270,7 @@ def create_app(settings: Settings) -> FastAPI:
         response = StreamingResponse(relay(), reply.status, background=BackgroundTask(done))
         return respond(response, rheaders)
 
-    @app.api_route(
-        "/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-    )
-    async def passthrough(request: Request, rest: str) -> Response:
+    async def passthrough(request: Request) -> Response:
         outcome = outcome_for(request, "other")
         return await handled(outcome, _pass(request, outcome))
 
@@ -286,6 +286,8 @@ def create_app(settings: Settings) -> FastAPI:
             body = await read_body(request, settings.max_body)
         return await _forward(request, outcome, url, headers, body)
 
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    app.router.add_route("/v1/{rest:path}", passthrough, methods=methods)
     return app
 
 
