@@ -1,0 +1,243 @@
+"""What each step of spillguard's request path costs on its own, in microseconds per call.
+
+In one process (run it pinned: `taskset -c 0 .venv/bin/python -m bench.components`), each step
+timed over many calls on the bench's own request and replies, best of 5 batches:
+
+* the non-streamed path's steps: parsing the request, reading its tools, parsing the reply,
+  inspecting it, filtering headers, a request id, recording the outcome (log line, metrics);
+* the framework: one POST through spillguard's FastAPI app and middleware to a trivial route,
+  against the same route on bare Starlette (ASGI called directly, no sockets);
+* the streamed path per SSE event: decoding, `json.loads` alone, and spillguard's chat stream
+  editor (decode + parse + scan + re-emit) over the bench's 376-event stream.
+
+Prints a table, and JSON with `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+
+def best_us(fn: Callable[[], Any], n: int, batches: int = 5) -> float:
+    best = float("inf")
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best * 1e6
+
+
+def asgi_post_us(app: Any, path: str, body: bytes, n: int) -> float:
+    """Microseconds for one POST through an ASGI app, called directly."""
+    headers = [
+        (b"host", b"127.0.0.1:8080"),
+        (b"content-type", b"application/json"),
+        (b"authorization", b"Bearer sk-bench"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope_base = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8080),
+    }
+    message = {"type": "http.request", "body": body, "more_body": False}
+
+    async def receive() -> dict[str, Any]:
+        return message
+
+    async def send(_: dict[str, Any]) -> None:
+        return None
+
+    async def many(count: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(count):
+            await app(dict(scope_base), receive, send)
+        return (time.perf_counter() - t0) / count
+
+    async def run() -> float:
+        await many(200)  # warm up
+        return min([await many(n) for _ in range(5)])
+
+    try:
+        import uvloop
+
+        return uvloop.run(run()) * 1e6
+    except ImportError:  # pragma: no cover
+        return asyncio.run(run()) * 1e6
+
+
+def measure(n: int = 2000) -> list[dict[str, Any]]:
+    from app import chat
+    from app.detect import declared_tools
+    from app.observe import Observer, Outcome
+    from app.settings import Settings
+    from app.sse import SSEDecoder
+    from app.upstream import end_to_end
+
+    from .payloads import chat_request
+    from .upstream import completion_body, stream_events
+
+    rows: list[dict[str, Any]] = []
+
+    def add(group: str, step: str, us: float, note: str = "") -> None:
+        rows.append({"group": group, "step": step, "us": round(us, 2), "note": note})
+
+    request = chat_request("bench")
+    reply = completion_body("bench")
+    obj = json.loads(request)
+    parsed_reply = json.loads(reply)
+    tools = declared_tools(obj)
+    hold = 256 * 1024
+
+    add(
+        "non-streamed",
+        "json.loads(request)",
+        best_us(lambda: json.loads(request), n),
+        f"{len(request)} bytes",
+    )
+    add("non-streamed", "declared_tools(request)", best_us(lambda: declared_tools(obj), n))
+    add(
+        "non-streamed",
+        "json.loads(reply)",
+        best_us(lambda: json.loads(reply), n),
+        f"{len(reply)} bytes",
+    )
+    add(
+        "non-streamed",
+        "inspect_reply(reply)",
+        best_us(lambda: chat.inspect_reply(parsed_reply, tools, hold), n),
+        "the detection core on the whole reply",
+    )
+    headers = {
+        "host": "127.0.0.1:9203",
+        "user-agent": "wrk",
+        "content-type": "application/json",
+        "authorization": "Bearer sk-bench",
+        "content-length": str(len(request)),
+        "accept": "*/*",
+    }
+    add("non-streamed", "end_to_end(headers)", best_us(lambda: end_to_end(headers), n))
+    add("non-streamed", "uuid4().hex", best_us(lambda: uuid.uuid4().hex, n))
+
+    # The outcome record as the server does it: log line (INFO, console format) to a file,
+    # metrics; the incident writer off (no findings on this path anyway).
+    settings = Settings(upstream="http://127.0.0.1:9/v1", incidents_db="")
+    observer = Observer(settings)
+    from app.observe import setup_logging
+
+    setup_logging(settings)
+    spill_log = logging.getLogger("spillguard")
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - the handler keeps it for the process
+    for handler in spill_log.handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(devnull)
+
+    def record() -> None:
+        outcome = Outcome(request_id="sg-" + "0" * 32, route="chat", mode="retry")
+        outcome.model, outcome.status, outcome.action = "bench", 200, "passed"
+        outcome.upstream_calls, outcome.upstream_statuses = 1, [200]
+        observer.record(outcome)
+
+    add(
+        "non-streamed",
+        "Observer.record(outcome)",
+        best_us(record, n),
+        "log line at INFO to /dev/null + metrics",
+    )
+    spill_log.setLevel(logging.WARNING)
+    add("non-streamed", "Observer.record, --log-level WARNING", best_us(record, n), "metrics only")
+
+    # Framework: spillguard's app (FastAPI, its middleware) against bare Starlette.
+    from fastapi import Request as FRequest
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from app.server import create_app
+
+    async def trivial(request: Request) -> Response:
+        await request.body()
+        return Response(b"{}", media_type="application/json")
+
+    async def trivial_f(request: FRequest) -> Response:
+        await request.body()
+        return Response(b"{}", media_type="application/json")
+
+    bare = Starlette(routes=[Route("/bench", trivial, methods=["POST"])])
+    sg_app = create_app(settings)
+    sg_app.add_api_route("/bench", trivial_f, methods=["POST"])
+    k = max(500, n // 2)
+    add("framework", "Starlette, trivial POST route", asgi_post_us(bare, "/bench", request, k))
+    add(
+        "framework",
+        "spillguard app, trivial POST route",
+        asgi_post_us(sg_app, "/bench", request, k),
+        "FastAPI + spillguard middleware",
+    )
+
+    # Streams, per event.
+    events = stream_events("bench")
+    raw = b"".join(events)
+
+    def decode() -> None:
+        SSEDecoder().feed(raw)
+
+    def parse_only() -> None:
+        for event in events:
+            payload = event[6:-2]
+            if payload != b"[DONE]":
+                json.loads(payload)
+
+    def edit() -> None:
+        stream = chat.new_stream(tools, hold, None)
+        for event in SSEDecoder().feed(raw):
+            stream.feed(event)
+        stream.finish()
+
+    per = len(events)
+    m = max(20, n // 50)
+    add("stream, per event", "SSEDecoder.feed", best_us(decode, m) / per, f"{per} events")
+    add("stream, per event", "json.loads alone", best_us(parse_only, m) / per)
+    add(
+        "stream, per event",
+        "decode + ChatStream.feed",
+        best_us(edit, m) / per,
+        "what spillguard does per event",
+    )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=2000, help="calls per batch")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = measure(args.n)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    for row in rows:
+        print(f"{row['group']:18} {row['step']:42} {row['us']:9.2f} us  {row['note']}")
+
+
+if __name__ == "__main__":
+    main()

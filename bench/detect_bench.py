@@ -1,0 +1,168 @@
+"""The detection core alone: MB/s per input kind, and how time grows from 1 MB to 10 MB.
+
+Two ways in, as the proxy uses the core: `whole` is `inspect_text` on the whole reply (the
+non-streamed path); `stream` feeds one `Scanner` in 16-character deltas, then finishes it (the
+streamed path). Each case runs in its own process with a time limit, so a pathological input
+shows up as a timeout instead of hanging the run.
+
+  python -m bench.detect_bench                      # every case, a table on stdout
+  python -m bench.detect_bench case prose 1 whole   # one case, JSON on stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+DELTA = 16
+MB = 1_000_000
+
+CODE = (
+    "Here is the function you asked for:\n\n"
+    "```python\n"
+    "def parse(raw: str) -> dict[str, list[int]]:\n"
+    '    """Split `name: 1, 2, 3` lines into a mapping."""\n'
+    "    out: dict[str, list[int]] = {}\n"
+    "    for line in raw.splitlines():\n"
+    '        if not line.strip() or line.lstrip().startswith("#"):\n'
+    "            continue\n"
+    '        name, _, values = line.partition(":")\n'
+    '        out[name.strip()] = [int(v) for v in values.split(",") if v.strip()]\n'
+    "    return out\n"
+    "```\n\n"
+    "And the JSON it produces for the example input:\n\n"
+    "```json\n"
+    '{"alpha": [1, 2, 3], "beta": [4, 5], "tool_calls": [], "name": "get_weather"}\n'
+    "```\n\n"
+    "<details><summary>Shell usage</summary>\n\n"
+    "    $ python -m parse < input.txt\n"
+    "    {'alpha': [1, 2, 3]}\n\n"
+    "</details>\n\n"
+    "[1]: https://docs.python.org/3/library/stdtypes.html#str.partition\n\n"
+)
+
+KINDS: dict[str, str] = {
+    "prose": "the bench upstream's Markdown answer, repeated",
+    "code": "code-heavy answers: fenced Python and JSON, indented blocks, HTML, links",
+    "lt": "`<` repeated",
+    "brace": "`{` repeated",
+    "bracket": "`[` repeated",
+    "tool_calls": "`[TOOL_CALLS` repeated on one line",
+    "tool_calls_lines": "`[TOOL_CALLS` at the start of every line",
+    "fences": "unclosed fences: ```` ```python ```` lines that never close",
+    "newlines": "newlines only",
+}
+
+
+def make(kind: str, size: int) -> str:
+    from .upstream import PROSE
+
+    unit = {
+        "prose": PROSE + "\n\n",
+        "code": CODE,
+        "lt": "<",
+        "brace": "{",
+        "bracket": "[",
+        "tool_calls": "[TOOL_CALLS",
+        "tool_calls_lines": "[TOOL_CALLS\n",
+        "fences": "```python\nx = 1\n",
+        "newlines": "\n",
+    }[kind]
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def run_case(kind: str, mb: int, mode: str, repeat: int) -> dict[str, Any]:
+    from app.detect import Scanner, declared_tools, inspect_text
+
+    from .payloads import TOOLS
+
+    tools = declared_tools({"tools": TOOLS})
+    text = make(kind, mb * MB)
+    best = float("inf")
+    published = 0
+    finding = None
+    runs = 0
+    spent = 0.0
+    # At least `repeat` runs; fast cases repeat until 0.5 s were spent (at most 200 runs), so a
+    # sub-millisecond time is a best-of-many, not one noisy sample.
+    while runs < repeat or (spent < 0.5 and runs < 200):
+        runs += 1
+        t0 = time.perf_counter()
+        if mode == "whole":
+            found = inspect_text(text, tools)
+        else:
+            scanner = Scanner(tools)
+            feed = scanner.feed
+            out = 0
+            for i in range(0, len(text), DELTA):
+                out += len(feed(text[i : i + DELTA]))
+            out += len(scanner.finish())
+            found = scanner.finding
+            published = out
+        took = time.perf_counter() - t0
+        spent += took
+        best = min(best, took)
+        finding = found.family if found else None
+    return {
+        "kind": kind,
+        "mb": mb,
+        "mode": mode,
+        "seconds": round(best, 6),
+        "mb_per_s": round(mb / best, 2),
+        "runs": runs,
+        "finding": finding,
+        "published_chars": published if mode == "stream" else None,
+    }
+
+
+def run_all(
+    sizes: tuple[int, ...] = (1, 10), timeout: float = 120, cpu: str | None = None
+) -> list[dict[str, Any]]:
+    rows = []
+    for kind in KINDS:
+        for mode in ("whole", "stream"):
+            for mb in sizes:
+                repeat = 3 if mb == 1 else 2
+                cmd = [sys.executable, "-m", "bench.detect_bench", "case", kind, str(mb), mode]
+                cmd += ["--repeat", str(repeat)]
+                if cpu is not None:
+                    cmd = ["taskset", "-c", cpu, *cmd]
+                try:
+                    done = subprocess.run(
+                        cmd, capture_output=True, text=True, timeout=timeout, check=True
+                    )
+                    rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+                except subprocess.TimeoutExpired:
+                    rows.append({"kind": kind, "mb": mb, "mode": mode, "timeout": timeout})
+                except subprocess.CalledProcessError as exc:
+                    err = (exc.stderr or "").strip().splitlines()[-1:] or ["?"]
+                    rows.append({"kind": kind, "mb": mb, "mode": mode, "error": err[0]})
+                print(f"  detect {kind:17} {mode:6} {mb:>2} MB: {rows[-1]}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="benchmark the detection core")
+    sub = parser.add_subparsers(dest="cmd")
+    case = sub.add_parser("case")
+    case.add_argument("kind", choices=list(KINDS))
+    case.add_argument("mb", type=int)
+    case.add_argument("mode", choices=["whole", "stream"])
+    case.add_argument("--repeat", type=int, default=3)
+    every = sub.add_parser("all")
+    every.add_argument("--timeout", type=float, default=120)
+    every.add_argument("--cpu", default=None, help="pin each case with taskset -c CPU")
+    args = parser.parse_args(argv)
+    if args.cmd == "case":
+        print(json.dumps(run_case(args.kind, args.mb, args.mode, args.repeat)))
+    else:
+        rows = run_all(timeout=getattr(args, "timeout", 120), cpu=getattr(args, "cpu", None))
+        print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
