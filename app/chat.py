@@ -236,11 +236,11 @@ class ChatStream:
         if self._splice is not None and "role" in delta:
             del delta["role"]
             changed = True
-        if changed:
-            choice["delta"] = delta
+        if not changed:
+            return False, meaningful, True
+        choice["delta"] = delta
         empty = not any(v not in ("", None, []) for v in delta.values())
-        keep = not (changed and empty and finish is None and not choice.get("logprobs"))
-        return changed, meaningful, keep
+        return True, meaningful, not (empty and finish is None and not choice.get("logprobs"))
 
     def _index_tools(self, index: int, tool_calls: list[Any]) -> bool:
         """Track tool-call indices; in a splice, shift them past the calls already sent."""
