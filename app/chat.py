@@ -21,7 +21,8 @@ REASONING_KEYS = ("reasoning_content", "reasoning")
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    # ASCII escapes: a lone surrogate from an upstream must not make a chunk unwritable.
+    return json.dumps(obj, separators=(",", ":"))
 
 
 def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding, str] | None:
@@ -52,7 +53,10 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
 
 def retry_body(body: dict[str, Any], leaked: str, correction: str) -> dict[str, Any]:
     """The request once more, with the leaked turn and the corrective instruction appended."""
-    messages = list(body.get("messages") or [])
+    given = body.get("messages")
+    if not isinstance(given, list):
+        raise TypeError("messages is not a list")
+    messages = list(given)
     messages.append({"role": "assistant", "content": leaked})
     messages.append({"role": "user", "content": correction})
     return {**body, "messages": messages}

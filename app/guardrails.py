@@ -13,6 +13,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .errors import ClientError
 from .settings import Settings
 
+MAX_HEADERS = 200
+MAX_HEADER_BYTES = 64 * 1024
+
 
 def _reject(error: ClientError, extra: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
     body = error.json_bytes()
@@ -39,8 +42,8 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
 
 
 class Guardrails:
-    """Requires a proxy key on /v1 routes when configured, and answers 503 with retry-after
-    past `max_concurrency` requests in flight (0: unbounded)."""
+    """On /v1 routes: refuses oversized headers (431), requires a proxy key when configured
+    (401), and answers 503 with retry-after past `max_concurrency` requests in flight."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
@@ -52,7 +55,16 @@ class Guardrails:
         if scope["type"] != "http" or not scope["path"].startswith("/v1"):
             await self.app(scope, receive, send)
             return
-        if self.keys and not self._authorized(scope["headers"]):
+        headers = scope["headers"]
+        if (
+            len(headers) > MAX_HEADERS
+            or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES
+        ):
+            error = ClientError(431, "HEADERS_TOO_LARGE", "Request headers are too large")
+            for message in _reject(error, []):
+                await send(message)
+            return
+        if self.keys and not self._authorized(headers):
             error = ClientError(401, "INVALID_PROXY_KEY", "Missing or invalid spillguard key")
             for message in _reject(error, [(b"www-authenticate", b"Bearer")]):
                 await send(message)

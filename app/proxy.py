@@ -24,7 +24,7 @@ from .errors import (
 )
 from .observe import Outcome, Timed, timed
 from .settings import Mode, Settings
-from .sse import Event, Out, SSEDecoder
+from .sse import Event, Out, SSEDecoder, SSEError
 from .upstream import Upstream, end_to_end
 
 KEEPALIVE = b": keep-alive\n\n"
@@ -141,9 +141,22 @@ class Guard:
             leaked = self._judge_whole(ex, data, attempt)
             if leaked is None:
                 return status, headers, data
-            obj = self.wire.retry_body(obj, leaked, s.correction)
-            body = json.dumps(obj, ensure_ascii=False).encode()
+            obj, body = self._retry(ex, obj, leaked, attempt)
         raise AssertionError("unreachable")
+
+    def _retry(
+        self, ex: Exchange, obj: dict[str, Any], leaked: str, attempt: int
+    ) -> tuple[dict[str, Any], bytes]:
+        """The retry request. One that cannot be written as standard JSON (a body too deep, a
+        number out of range, `messages` that is no list) cannot be retried: the leak fails."""
+        try:
+            retry = self.wire.retry_body(obj, leaked, self.settings.correction)
+            return retry, json.dumps(retry, allow_nan=False).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
+            log.warning("retry impossible", extra={"fields": {"error": type(exc).__name__}})
+            finding = ex.outcome.findings[-1]
+            leak = Finding(finding["family"], finding["tool_name"], 0)
+            raise self._leak(ex, leak, attempt) from None
 
     def _judge_whole(self, ex: Exchange, data: bytes, attempt: int) -> str | None:
         """Judge a whole JSON reply: None to pass it (setting the action), the leaked text to
@@ -181,6 +194,8 @@ class Guard:
         except Exception as exc:
             if isinstance(exc, SpillguardError):
                 error = exc
+            elif isinstance(exc, SSEError):
+                error = ReplyTooLarge(f"Upstream sent an event over the size limit: {exc}")
             else:  # a bug of spillguard's own: the client still gets a clean error, never a 500
                 log.error("stream failed", extra={"fields": {"error": type(exc).__name__}})
                 error = InternalError("spillguard failed while relaying the stream")
@@ -220,8 +235,7 @@ class Guard:
                         yield Head(200, headers, sse=False)
                         yield data
                         return
-                    obj = self.wire.retry_body(obj, found, s.correction)
-                    body = json.dumps(obj, ensure_ascii=False).encode()
+                    obj, body = self._retry(ex, obj, found, attempt)
                     continue
                 if (
                     reply.status != 200
@@ -296,8 +310,7 @@ class Guard:
                 return
             if s.mode is Mode.FAIL or attempt == 2 or (committed and not stream.can_splice):
                 raise self._leak(ex, finding, attempt)
-            obj = self.wire.retry_body(obj, stream.leaked_text(), s.correction)
-            body = json.dumps(obj, ensure_ascii=False).encode()
+            obj, body = self._retry(ex, obj, stream.leaked_text(), attempt)
             previous = stream if committed else None
 
     async def _drain(self, reply: Timed, decoder: SSEDecoder, stream: Any) -> None:

@@ -25,7 +25,8 @@ Key = tuple[int, int]
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    # ASCII escapes: a lone surrogate from an upstream must not make a chunk unwritable.
+    return json.dumps(obj, separators=(",", ":"))
 
 
 def _index(data: dict[str, Any], key: str) -> int:

@@ -62,17 +62,25 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
         watcher.cancel()
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     """The whole request body, refused with 413 past `limit` (before reading, when declared)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise ClientError(413, "REQUEST_TOO_LARGE", f"Request body exceeds {limit} bytes")
     parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise ClientError(413, "REQUEST_TOO_LARGE", f"Request body exceeds {limit} bytes")
-        parts.append(part)
+    try:
+        async with asyncio.timeout(timeout):  # a client that stops sending holds no slot
+            async for part in request.stream():
+                size += len(part)
+                if size > limit:
+                    raise ClientError(
+                        413, "REQUEST_TOO_LARGE", f"Request body exceeds {limit} bytes"
+                    )
+                parts.append(part)
+    except TimeoutError:
+        raise ClientError(
+            408, "REQUEST_TIMEOUT", "The request body did not arrive in time"
+        ) from None
     return b"".join(parts)
 
 
@@ -144,7 +152,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
 
     def send_headers(request: Request, outcome: Outcome) -> dict[str, str]:
-        headers = end_to_end(request.headers, drop) | upstream_auth
+        headers = {k: _utf8(v) for k, v in end_to_end(request.headers, drop).items()}
+        headers |= upstream_auth
         headers["x-request-id"] = outcome.request_id
         return headers
 
@@ -182,7 +191,7 @@ def create_app(settings: Settings) -> FastAPI:
         return await handled(outcome, _inspect(request, guard, path, outcome))
 
     async def _inspect(request: Request, guard: Guard, path: str, outcome: Outcome) -> Response:
-        body = await read_body(request, settings.max_body)
+        body = await read_body(request, settings.max_body, settings.read_timeout)
         url = upstream.url(path, request.url.query)
         obj = _parse(body)
         tools = declared_tools(obj)
@@ -240,6 +249,8 @@ def create_app(settings: Settings) -> FastAPI:
             ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
             shutdown_grace_period=settings.graceful_timeout,
         )
+        # sse-starlette adds `Connection: keep-alive`; connection management is the server's.
+        sse.raw_headers = [(k, v) for k, v in sse.raw_headers if k != b"connection"]
         return respond(sse, {"set-cookie": cookies} if cookies else {})
 
     async def _forward(
@@ -283,7 +294,7 @@ def create_app(settings: Settings) -> FastAPI:
             raise ClientError(413, "REQUEST_TOO_LARGE", "Request body too large")
         body: Any = None
         if request.method not in ("GET", "HEAD", "OPTIONS") or declared:
-            body = await read_body(request, settings.max_body)
+            body = await read_body(request, settings.max_body, settings.read_timeout)
         return await _forward(request, outcome, url, headers, body)
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -298,6 +309,17 @@ def respond(response: Response, headers: dict[str, str]) -> Response:
         values = value.split("\n") if name == "set-cookie" else [value]
         raw.extend((name.encode("latin-1"), v.encode("latin-1")) for v in values)
     return response
+
+
+def _utf8(value: str) -> str:
+    """A header value as the client's bytes meant it: Starlette decodes them as Latin-1, and
+    aiohttp encodes as UTF-8, so UTF-8 bytes would arrive upstream encoded twice."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 def _ids(headers: dict[str, str], outcome: Outcome) -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MAX_EVENT = 1024 * 1024
+_DROPPED = (b"id:", b"retry:", b"id\r", b"id\n", b"retry\r", b"retry\n")  # such lines
 
 
 class SSEError(ValueError):
@@ -44,8 +45,10 @@ class SSEDecoder:
         buf += chunk
         events: list[Event] = []
         n, start, pos = len(buf), self._line_start, self._scan
+        lf = buf.find(b"\n", pos)  # found once, then again only when passed: linear on CR-only
         while True:
-            lf = buf.find(b"\n", pos)
+            if 0 <= lf < pos:
+                lf = buf.find(b"\n", pos)
             cr = buf.find(b"\r", pos, lf if lf >= 0 else n)
             if cr >= 0:
                 if cr + 1 == n:  # a CR at the end may be the first half of a CRLF
@@ -108,9 +111,7 @@ class SSEDecoder:
             # `id:` and `retry:` never go to a client: openai-python keeps the last id forever
             # and then reads a later comment-only block (a keep-alive) as an empty event.
             raw = b"".join(
-                line
-                for line in raw.splitlines(keepends=True)
-                if not line.startswith((b"id:", b"retry:", b"id\r", b"id\n", b"retry\r"))
+                line for line in raw.splitlines(keepends=True) if not line.startswith(_DROPPED)
             )
         self._data, self._name, self._fields, self._strip = [], None, False, False
         return Event(raw=raw, data=data, event=name)

@@ -55,9 +55,12 @@ def end_to_end(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -
 
 
 def _getall(headers: Mapping[str, str], key: str) -> list[str]:
-    getall = getattr(headers, "getall", None)
+    getall = getattr(headers, "getall", None)  # multidict
     if getall is not None:
         return list(getall(key, []))
+    getlist = getattr(headers, "getlist", None)  # Starlette
+    if getlist is not None:
+        return list(getlist(key))
     value = headers.get(key)
     return [value] if value is not None else []
 
@@ -104,18 +107,27 @@ class Reply:
         return enc in ("", "identity") or self.decoded
 
     async def _read_raw(self) -> bytes:
-        try:
-            data = await self._resp.content.readany()
-        except TimeoutError as exc:
-            raise UpstreamTimeout("Upstream stopped sending") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamUnavailable(f"Upstream connection failed: {type(exc).__name__}") from exc
-        if self._zlib is not None:
+        """The next bytes of the body (decoded, when spillguard decodes); b"" only at the end."""
+        while True:
             try:
-                data = self._zlib.decompress(data) if data else self._zlib.flush()
+                data = await self._resp.content.readany()
+            except TimeoutError as exc:
+                raise UpstreamTimeout("Upstream stopped sending") from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                kind = type(exc).__name__
+                raise UpstreamUnavailable(f"Upstream connection failed: {kind}") from exc
+            if self._zlib is None:
+                return data
+            try:
+                if not data:
+                    if not self._zlib.eof:
+                        raise UpstreamUnavailable("Upstream's compressed body was cut short")
+                    return self._zlib.flush()
+                decoded = self._zlib.decompress(data)
             except zlib.error as exc:
                 raise UpstreamUnavailable("Upstream sent a corrupt compressed body") from exc
-        return data
+            if decoded:  # a piece that decodes to nothing yet (a gzip header) is not the end
+                return decoded
 
     async def chunk(self) -> bytes:
         """The next piece of the body; b"" at the end. The total deadline applies."""

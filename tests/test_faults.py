@@ -323,10 +323,6 @@ async def test_invalid_sse_passes_through_byte_for_byte(bad: bytes) -> None:
         assert r.content == body.replace(b"id: 1\n", b"").replace(b"retry: 10\n", b"")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SSEError from the decoder is not mapped: 500 INTERNAL_ERROR, not a 502",
-)
 async def test_sse_event_over_the_decoder_limit_is_a_clean_502() -> None:
     """An upstream that never ends an event: the decoder refuses past 1 MiB; the client must get
     a clean 502 in the OpenAI shape, not a 500 with a traceback."""
@@ -342,9 +338,6 @@ async def test_sse_event_over_the_decoder_limit_is_a_clean_502() -> None:
         await eventually(lambda: up.conns[0].client_closed.is_set())
 
 
-@pytest.mark.xfail(
-    strict=True, reason="BUG: SSEError mid-stream ends as INTERNAL_ERROR, not an upstream error"
-)
 async def test_sse_event_over_the_decoder_limit_mid_stream_is_an_error_event() -> None:
     async def endless(conn: RawConn, req: RawRequest) -> None:
         start = b"".join(events(PROSE, done=False)[:6])

@@ -225,11 +225,6 @@ def test_decoding_is_linear(unit: bytes) -> None:
     assert scanned_for(large) <= 4 * len(large)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with CR-only line ends every line searches the rest of the chunk for an LF: "
-    "quadratic in the chunk size",
-)
 @pytest.mark.parametrize("unit", [b"data: x\r\r", b": c\r"], ids=["cr-events", "cr-comments"])
 def test_decoding_cr_only_lines_is_linear(unit: bytes) -> None:
     large = unit * 2000

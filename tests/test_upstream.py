@@ -246,11 +246,6 @@ async def test_upgrade_requests_are_not_passed_on() -> None:
             assert seen.header("upgrade") is None and seen.header("x-hop-a") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: end_to_end reads only the first Connection header of a Starlette Headers "
-    "(it has getlist, not getall): names in a second Connection header are forwarded",
-)
 async def test_names_in_a_second_connection_header_are_dropped_too() -> None:
     async with RawUpstream(ok_json) as up, serve(up.url) as sg:
         headers = [("Connection", "keep-alive"), ("Connection", "X-Hop-C"), ("X-Hop-C", "1")]
@@ -499,11 +494,6 @@ async def test_corrupt_compressed_reply_is_502(stream: bool) -> None:
         assert error_of(r.content)["code"] == "UPSTREAM_UNAVAILABLE"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a truncated gzip body is not detected (zlib's eof is never checked): the "
-    "client gets a 200 with a cut body",
-)
 @pytest.mark.parametrize("stream", [False, True])
 async def test_truncated_compressed_reply_is_an_error(stream: bool) -> None:
     cut = (PACKED_SSE if stream else PACKED)[:-40]
@@ -520,11 +510,6 @@ async def test_truncated_compressed_reply_is_an_error(stream: bool) -> None:
             assert error_of(r.content)["code"] == "UPSTREAM_UNAVAILABLE"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a compressed read that decodes to no bytes yet (the gzip header alone) "
-    "returns b'' from Reply.chunk(), which every caller takes for the end of the body",
-)
 @pytest.mark.parametrize("stream", [False, True])
 async def test_compressed_reply_whose_header_arrives_alone_is_read_whole(stream: bool) -> None:
     packed = PACKED_SSE if stream else PACKED
@@ -541,11 +526,6 @@ async def test_compressed_reply_whose_header_arrives_alone_is_read_whole(stream:
         assert r.content == gzip.decompress(packed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sse-starlette adds its own 'Connection: keep-alive' to every stream, so a "
-    "client that asked to close gets two contradictory Connection headers",
-)
 async def test_streamed_response_carries_one_connection_header() -> None:
     async def answer(conn: RawConn, req: RawRequest) -> None:
         body = b"".join(chunks(Turn(content="hi"), "m"))
