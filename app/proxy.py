@@ -23,6 +23,7 @@ from .errors import (
     UpstreamError,
 )
 from .observe import Outcome, Timed, timed
+from .rawjson import append_items
 from .settings import Mode, Settings
 from .sse import Event, Out, SSEDecoder, SSEError
 from .upstream import Upstream, end_to_end
@@ -55,6 +56,7 @@ class Wire:
     """One API's shapes, as the decision needs them (Chat Completions, Responses)."""
 
     name: str
+    retry_key: str  # the top-level array a retry appends its two messages to
     inspect_reply: Callable[[Any, ToolSet, int], tuple[Finding, str] | None]
     retry_body: Callable[[dict[str, Any], str, str], dict[str, Any]]
     new_stream: Callable[[ToolSet, int, Any | None], Stream]
@@ -149,6 +151,14 @@ class Guard:
     ) -> tuple[dict[str, Any], bytes]:
         """The retry request. One that cannot be written as standard JSON (a body too deep, a
         number out of range, `messages` that is no list) cannot be retried: the leak fails."""
+        items = [
+            {"role": "assistant", "content": leaked},
+            {"role": "user", "content": self.settings.correction},
+        ]
+        key = self.wire.retry_key
+        raw = append_items(ex.body, key, items, _as_user if key == "input" else None)
+        if raw is not None:  # the rest of the request goes as the client wrote it
+            return obj, raw
         try:
             retry = self.wire.retry_body(obj, leaked, self.settings.correction)
             return retry, json.dumps(retry, allow_nan=False).encode()
@@ -329,3 +339,8 @@ class Guard:
         except TimeoutError:
             pass
         stream.settle()
+
+
+def _as_user(text: str) -> str:
+    """A Responses `input` given as a string, as the user message it stands for."""
+    return '{"role":"user","content":' + text + "}"

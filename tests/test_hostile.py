@@ -275,11 +275,6 @@ async def test_parser_breaking_json_in_a_request_is_forwarded_untouched(
         assert up.requests[0].body == body  # byte for byte
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a request just shallow enough for json.loads in the handler is too deep for "
-    "json.dumps in the retry (a few frames deeper): RecursionError, 500",
-)
 @pytest.mark.parametrize("stream", [False, True])
 async def test_nesting_at_the_recursion_limit_never_gives_500(stream: bool) -> None:
     """Find the deepest nesting spillguard still parses (a binary search on how many upstream
@@ -302,11 +297,6 @@ async def test_nesting_at_the_recursion_limit_never_gives_500(stream: bool) -> N
         assert 500 not in found.values(), found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the retry re-serializes the request with json.dumps' defaults: 1e400 becomes "
-    "the non-JSON literal Infinity in the body sent upstream",
-)
 @pytest.mark.parametrize("stream", [False, True])
 async def test_retry_body_is_standard_json_for_huge_floats(stream: bool) -> None:
     async with RawUpstream(leak_once) as up, serve(up.url) as sg:
