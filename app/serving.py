@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -43,7 +45,23 @@ def run(settings: Settings) -> None:
             **uvicorn_config(settings),
         )
     else:
-        uvicorn.run(create_app(settings), **uvicorn_config(settings))
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), **uvicorn_config(settings)))
+        server.capture_signals = lambda: _drain_on_signals(server)  # type: ignore[method-assign]
+        server.run()
+
+
+@contextlib.contextmanager
+def _drain_on_signals(server: uvicorn.Server) -> Iterator[None]:
+    """SIGINT and SIGTERM start uvicorn's graceful shutdown, as usual; unlike uvicorn's own
+    handling, the signal is not raised again afterwards, so a clean drain exits with status 0."""
+    previous = {
+        sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

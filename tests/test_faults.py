@@ -675,11 +675,6 @@ async def test_sigterm_drains_open_stream_and_refuses_new_connections(tmp_path: 
         await scripted.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: uvicorn re-raises SIGTERM after a clean drain: the process dies by the signal "
-    "(exit 143 in a container) instead of exiting 0",
-)
 async def test_sigterm_exit_status_is_zero(tmp_path: Path) -> None:
     scripted = await ScriptedUpstream(lambda _: Turn(content="hi")).start()
     port = free_port()
