@@ -21,7 +21,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from app.scripted import Turn, chunks
 from app.serving import Running, start_background
@@ -76,17 +76,16 @@ def _listen(rcvbuf: int | None = None) -> socket.socket:
     return sock
 
 
-class FaultProxy:
-    """Forward TCP from 127.0.0.1:<port> to `target`, applying `fault` (changeable at any time:
-    each new connection reads it when it opens)."""
+class _Listener:
+    """A loopback TCP server whose connection handlers are tracked (and cancelled on stop)."""
 
-    def __init__(self, target_port: int, fault: Fault | None = None) -> None:
-        self.target_port = target_port
-        self.fault = fault or Fault()
+    rcvbuf: int | None = None
+
+    def __init__(self) -> None:
         self.conns: list[Conn] = []
+        self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self.port = 0
 
     @property
     def url(self) -> str:
@@ -96,8 +95,8 @@ class FaultProxy:
     def open_count(self) -> int:
         return sum(1 for c in self.conns if not c.closed.is_set())
 
-    async def start(self) -> FaultProxy:
-        sock = _listen(rcvbuf=4096 if self.fault.stop_reading else None)
+    async def start(self) -> Self:
+        sock = _listen(rcvbuf=self.rcvbuf)
         self._server = await asyncio.start_server(self._accept, sock=sock)
         self.port = sock.getsockname()[1]
         return self
@@ -111,11 +110,28 @@ class FaultProxy:
             with contextlib.suppress(BaseException):
                 await task
 
-    async def __aenter__(self) -> FaultProxy:
+    async def __aenter__(self) -> Self:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class FaultProxy(_Listener):
+    """Forward TCP from 127.0.0.1:<port> to `target`, applying `fault` (changeable at any time:
+    each new connection reads it when it opens)."""
+
+    def __init__(self, target_port: int, fault: Fault | None = None) -> None:
+        super().__init__()
+        self.target_port = target_port
+        self.fault = fault or Fault()
+
+    async def start(self) -> Self:
+        self.rcvbuf = 4096 if self.fault.stop_reading else None
+        return await super().start()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -299,46 +315,14 @@ class RawConn:
 Handler = Callable[[RawConn, RawRequest], Awaitable[None]]
 
 
-class RawUpstream:
+class RawUpstream(_Listener):
     """Serve `handler` for every request on 127.0.0.1; keep-alive unless the handler closes."""
 
     def __init__(self, handler: Handler) -> None:
+        super().__init__()
         self.handler = handler
         self.requests: list[RawRequest] = []
-        self.conns: list[Conn] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self.got_request = asyncio.Event()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def open_count(self) -> int:
-        return sum(1 for c in self.conns if not c.closed.is_set())
-
-    async def start(self) -> RawUpstream:
-        sock = _listen()
-        self._server = await asyncio.start_server(self._accept, sock=sock)
-        self.port = sock.getsockname()[1]
-        return self
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
-
-    async def __aenter__(self) -> RawUpstream:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -19,19 +19,12 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import MULTIPROC_ENV, ModelLabels, multiprocess_dir
-from app.scripted import Raw, Turn, call, chunks, runner_port
+from app.scripted import Raw, Turn, chunks, runner_port
 from app.serving import Running, start_background
 from app.settings import Settings
 from tests.conftest import chat_body
+from tests.samples import DSML, HERMES, HONEST, REAL
 
-HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'
-DSML = (
-    '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
-    '<｜DSML｜parameter name="city" string="true">Lisbon</｜DSML｜parameter>\n'
-    "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
-)
-HONEST = Turn(content="It is sunny in Lisbon, 21 °C.")
-REAL = Turn(tool_calls=[call("get_weather", {"city": "Lisbon"})])
 NAMES = {
     "spillguard_requests",
     "spillguard_findings",

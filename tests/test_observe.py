@@ -15,17 +15,10 @@ import httpx
 import pytest
 
 from app.observe import ConsoleFormatter, JsonFormatter, Outcome, Redactor
-from app.scripted import Raw, Turn, call
+from app.scripted import Raw, Turn
 from tests.conftest import chat_body
+from tests.samples import DSML, HERMES, HONEST, REAL
 
-HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'
-DSML = (
-    '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
-    '<｜DSML｜parameter name="city" string="true">Lisbon</｜DSML｜parameter>\n'
-    "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
-)
-HONEST = Turn(content="It is sunny in Lisbon, 21 °C.")
-REAL = Turn(tool_calls=[call("get_weather", {"city": "Lisbon"})])
 OWN_CODES = {
     "TEXT_ENCODED_TOOL_CALL",
     "INVALID_PROXY_KEY",
