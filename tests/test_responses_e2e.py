@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from app.scripted import Raw, Turn, call
+from app.scripted import Raw, Turn, call, response_events
 
 TOOLS: list[Any] = [
     {
@@ -205,3 +205,25 @@ async def test_other_responses_endpoints_are_proxied(harness: Any) -> None:
     assert got.content == stored and deleted.status_code == 200
     assert [r["method"] for r in h.upstream.requests] == ["GET", "DELETE"]
     assert h.upstream.requests[0]["path"] == "/v1/responses/resp_1"
+
+
+async def test_splice_keeps_the_response_identity_when_attempts_differ(harness: Any) -> None:
+    # Real servers give each attempt its own response and item ids; the SDK's stream helper
+    # refuses a stream whose response identity changes, so the splice must keep the first.
+    retry = [
+        e.replace(b"resp_scripted", b"resp_B").replace(b"fc_call_1", b"fc_B")
+        for e in response_events(REAL, "m")
+    ]
+    prose = "Let me look.\n"
+    h = await harness(
+        Turn(content=prose + HERMES, delay=0.01),
+        Raw(200, {"content-type": "text/event-stream"}, retry),
+    )
+    async with h.client().responses.stream(model="m", input="weather?", tools=TOOLS) as stream:
+        async for _ in stream:
+            pass
+        final = await stream.get_final_response()
+    assert final.id == "resp_scripted"
+    assert [i.type for i in final.output] == ["message", "function_call"]
+    assert final.output[0].content[0].text == prose  # type: ignore[union-attr]
+    assert h.calls == 2
