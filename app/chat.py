@@ -304,4 +304,4 @@ def error_event(error: SpillguardError, stream: Any) -> bytes:
     return b"data: " + error.json_bytes() + b"\n\ndata: [DONE]\n\n"
 
 
-WIRE = Wire("chat", "messages", inspect_reply, retry_body, new_stream, error_event)
+WIRE = Wire("messages", inspect_reply, retry_body, new_stream, error_event)

@@ -55,7 +55,6 @@ class Stream(Protocol):
 class Wire:
     """One API's shapes, as the decision needs them (Chat Completions, Responses)."""
 
-    name: str
     retry_key: str  # the top-level array a retry appends its two messages to
     inspect_reply: Callable[[Any, ToolSet, int], tuple[Finding, str] | None]
     retry_body: Callable[[dict[str, Any], str, str], dict[str, Any]]
@@ -291,26 +290,25 @@ class Guard:
                                 outs.extend(tail)
                                 if stream.done is not None:
                                     outs.append(Out(stream.done))
+                    leaking = stream.certain and not observe  # this attempt publishes no more
                     # Output is publishable by construction. Before the response has started, a
-                    # certain finding drops it: the retry (or a real 502) replaces it whole.
+                    # leak drops it: the retry (or a real 502) replaces it whole.
                     data = b"".join(o.data for o in outs)
                     if committed:
                         if data:
                             yield data
-                    elif stream.certain and not observe:
-                        pass
-                    elif not chunk or any(o.meaningful for o in outs):
+                    elif not leaking and (not chunk or any(o.meaningful for o in outs)):
                         yield self._head(ex, attempt, headers)
                         committed = True
                         yield b"".join(pending) + data
                         pending.clear()
-                    else:
+                    elif not leaking:
                         pending.append(data)
                     if not observe and stream.holding > s.hold_limit:
                         raise ReplyTooLarge(f"Held back more than {s.hold_limit} characters")
-                    if not chunk or (stream.certain and not observe):
+                    if not chunk or leaking:
                         break
-                if stream.certain and not observe and chunk:
+                if leaking and chunk:
                     await self._drain(reply, decoder, stream)
             finding = stream.finding
             if finding is None:

@@ -425,4 +425,4 @@ def error_event(error: SpillguardError, stream: Any) -> bytes:
     return encode_event("error", _dumps(data))
 
 
-WIRE = Wire("responses", "input", inspect_reply, retry_body, new_stream, error_event)
+WIRE = Wire("input", inspect_reply, retry_body, new_stream, error_event)

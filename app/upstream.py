@@ -162,12 +162,17 @@ class Reply:
             yield data
 
     async def read(self, limit: int) -> bytes:
+        """The whole body, under one total deadline (not one per read)."""
         parts, size = [], 0
-        while data := await self.chunk():
-            size += len(data)
-            if size > limit:
-                raise ReplyTooLarge(f"Upstream reply exceeded {limit} bytes")
-            parts.append(data)
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                while data := await self._read_raw():
+                    size += len(data)
+                    if size > limit:
+                        raise ReplyTooLarge(f"Upstream reply exceeded {limit} bytes")
+                    parts.append(data)
+        except TimeoutError as exc:
+            raise UpstreamTimeout("Upstream exceeded the total deadline") from exc
         return b"".join(parts)
 
     def close(self) -> None:

@@ -349,8 +349,6 @@ async def test_request_id_is_honoured_and_passed_upstream(harness: Any) -> None:
 
 async def test_health_and_readiness(harness: Any) -> None:
     h = await harness(Raw(401, {}, [b"{}"]))
-    async with h.http() as http:
-        assert (await http.get("/../healthz")).status_code in (200, 404)
     async with httpx.AsyncClient(base_url=h.url.removesuffix("/v1")) as http:
         assert (await http.get("/healthz")).json() == {"status": "ok"}
         assert (await http.get("/readyz")).status_code == 200
