@@ -27,7 +27,7 @@ COPY app ./app
 RUN /opt/venv/bin/pip install --no-deps . \
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
  && /opt/venv/bin/pip uninstall -y -q pip setuptools \
- && /opt/venv/bin/python -c "import app.cli, uvloop, httptools"
+ && /opt/venv/bin/python -c "import spillguard.cli, uvloop, httptools"
 
 # ---- runtime: the venv, a non-root user and a writable data directory --------------------------
 FROM python:3.11-slim

@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, Router
 
-from app.server import create_app
-from app.settings import Settings
 from bench.components import asgi_post_us
+from spillguard.server import create_app
+from spillguard.settings import Settings
 
 CALLS = 20_000
 

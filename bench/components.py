@@ -85,12 +85,12 @@ def asgi_post_us(app: Any, path: str, body: bytes, n: int) -> float:
 
 
 def measure(n: int = 2000) -> list[dict[str, Any]]:
-    from app import chat
-    from app.detect import declared_tools
-    from app.observe import Observer, Outcome
-    from app.settings import Settings
-    from app.sse import SSEDecoder
-    from app.upstream import end_to_end
+    from spillguard import chat
+    from spillguard.detect import declared_tools
+    from spillguard.observe import Observer, Outcome
+    from spillguard.settings import Settings
+    from spillguard.sse import SSEDecoder
+    from spillguard.upstream import end_to_end
 
     from .payloads import chat_request
     from .upstream import completion_body, stream_events
@@ -141,7 +141,7 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
     # metrics; the incident writer off (no findings on this path anyway).
     settings = Settings(upstream="http://127.0.0.1:9/v1", incidents_db="")
     observer = Observer(settings)
-    from app.observe import setup_logging
+    from spillguard.observe import setup_logging
 
     setup_logging(settings)
     spill_log = logging.getLogger("spillguard")
@@ -172,7 +172,7 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from app.server import create_app
+    from spillguard.server import create_app
 
     async def trivial(request: Request) -> Response:
         await request.body()

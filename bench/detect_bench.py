@@ -76,7 +76,7 @@ def make(kind: str, size: int) -> str:
 
 
 def run_case(kind: str, mb: int, mode: str, repeat: int) -> dict[str, Any]:
-    from app.detect import Scanner, declared_tools, inspect_text
+    from spillguard.detect import Scanner, declared_tools, inspect_text
 
     from .payloads import TOOLS
 

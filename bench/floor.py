@@ -1,8 +1,9 @@
 """The floor: the thinnest pass-through on spillguard's own stack, to measure spillguard against.
 
-Starlette on uvicorn (uvloop, httptools, the same server options as `app/serving.py`), an aiohttp
-client session with the same hygiene as `app/upstream.py` (no cookie jar, no environment proxies,
-no redirects, no decompression). A JSON reply is read whole and parsed once (what any inspecting
+Starlette on uvicorn (uvloop, httptools, the same server options as
+`app/spillguard/serving.py`), an aiohttp client session with the same hygiene as
+`app/spillguard/upstream.py` (no cookie jar, no environment proxies, no redirects, no
+decompression). A JSON reply is read whole and parsed once (what any inspecting
 proxy must do at least); a stream is relayed chunk by chunk as it arrives, untouched.
 `--parse-events` additionally splits a stream into SSE events and parses each event's JSON once,
 to show what per-event parsing alone costs.

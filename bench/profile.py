@@ -27,11 +27,11 @@ FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
 
 
 def _package(frame: str) -> str:
-    """Which package a frame's code belongs to: app/<module>, or a top-level package (py-spy
+    """Which package a frame's code belongs to: spillguard/<module>, or a top-level package (py-spy
     prints paths relative to their sys.path entry: `aiohttp/client.py`, `json/decoder.py`)."""
     m = FRAME.match(frame)
     path = m.group(2) if m else frame
-    if path.startswith(("app/", "bench/")):
+    if path.startswith(("spillguard/", "app/", "bench/")):
         return path.removesuffix(".py")
     return path.split("/", 1)[0].removesuffix(".py")
 

@@ -345,7 +345,7 @@ def start_row(
         argv += ["--mode", mode, "--workers", str(workers), *plan.sg_args]
         env = {"SPILLGUARD_INCIDENTS_DB": str(out / f"incidents-{row.key}.sqlite3")}
         if not (ROOT / ".venv/bin/spillguard").exists():
-            argv[0:1] = [PY, "-m", "app.cli"]
+            argv[0:1] = [PY, "-m", "spillguard.cli"]
         proc = stack.start(row.key, argv, cpu, env=env)
         proc.wait_http(row.port, "/healthz")
         if workers > 1:

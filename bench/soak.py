@@ -65,7 +65,7 @@ CORRECTION_MARK = b"tool-calling interface"
 def upstream_main(port: int) -> None:
     from aiohttp import web
 
-    from app.scripted import Turn, chunks, completion
+    from spillguard.scripted import Turn, chunks, completion
 
     stats = {"in_flight": 0, "total": 0, "cancelled": 0}
 

@@ -9,9 +9,9 @@ import httpx
 import openai
 import pytest
 
-from app.scripted import Raw, ScriptedUpstream, Turn
-from app.serving import Running, start_background
-from app.settings import Settings
+from spillguard.scripted import Raw, ScriptedUpstream, Turn
+from spillguard.serving import Running, start_background
+from spillguard.settings import Settings
 
 TOOLS: list[dict[str, Any]] = [
     {

@@ -23,9 +23,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from app.scripted import Turn, chunks
-from app.serving import Running, start_background
-from app.settings import Settings
+from spillguard.scripted import Turn, chunks
+from spillguard.serving import Running, start_background
+from spillguard.settings import Settings
 
 HANG = 20.0  # seconds: a hang guard only, never a performance assertion
 

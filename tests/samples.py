@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.scripted import Turn, call
+from spillguard.scripted import Turn, call
 
 HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'
 DSML = (

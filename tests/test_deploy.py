@@ -31,7 +31,7 @@ import promql_parser as promql
 import pytest
 import yaml
 
-from app.settings import Settings
+from spillguard.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -677,7 +677,7 @@ def test_dashboard_query_checks_can_fail(bad: str) -> None:
 
 
 def test_dashboard_metrics_are_the_apps_metrics() -> None:
-    metrics_module = pytest.importorskip("app.metrics")
+    metrics_module = pytest.importorskip("spillguard.metrics")
     families = {
         m.name + ("_total" if m.type == "counter" else ""): m.type
         for m in metrics_module.Metrics(Settings()).registry.collect()
@@ -854,7 +854,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
         "bench/out/result.json",
         ".pytest_cache/v/cache",
         ".mypy_cache/3.11/x.json",
-        "app/__pycache__/cli.cpython-311.pyc",
+        "app/spillguard/__pycache__/cli.cpython-311.pyc",
         "spillguard-incidents.sqlite3",
         "deploy/kubernetes/secret.example.yaml",
     ):
@@ -865,4 +865,4 @@ def test_dockerignore_keeps_the_context_small() -> None:
     for sources in copied:
         for source in sources:
             assert not _ignored(source.rstrip("/"), patterns), f"COPY {source} is ignored"
-    assert not _ignored("app/detect/scanner.py", patterns)
+    assert not _ignored("app/spillguard/detect/scanner.py", patterns)

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from app.detect import NO_TOOLS, Finding, Scanner, declared_tools, inspect_text
-from app.detect.blob import BlobProbe, classify
+from spillguard.detect import NO_TOOLS, Finding, Scanner, declared_tools, inspect_text
+from spillguard.detect.blob import BlobProbe, classify
 
 
 def _fn(name: str, *params: str) -> dict[str, object]:

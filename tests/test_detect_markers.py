@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.detect import NO_TOOLS, Scanner, declared_tools, inspect_text
+from spillguard.detect import NO_TOOLS, Scanner, declared_tools, inspect_text
 
 # ---------------------------------------------------------------------------------------------
 # The request every example answers: four function tools, one with a name that has spaces.

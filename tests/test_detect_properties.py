@@ -18,8 +18,8 @@ import itertools
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from app.detect import NO_TOOLS, Finding, Scanner, TurnGuard, declared_tools, inspect_text
-from app.detect.scanner import DEFAULT_MARKUP_LIMIT
+from spillguard.detect import NO_TOOLS, Finding, Scanner, TurnGuard, declared_tools, inspect_text
+from spillguard.detect.scanner import DEFAULT_MARKUP_LIMIT
 
 TOOLS = declared_tools(
     {

@@ -1,5 +1,5 @@
-"""The detection core is sans-IO: no module under app/detect imports an event loop, an HTTP
-library or sockets (issue 2: "pure functions and small state machines")."""
+"""The detection core is sans-IO: no module under app/spillguard/detect imports an event loop,
+an HTTP library or sockets (issue 2: "pure functions and small state machines")."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-DETECT = Path(__file__).resolve().parent.parent / "app" / "detect"
+DETECT = Path(__file__).resolve().parent.parent / "app" / "spillguard" / "detect"
 FORBIDDEN = frozenset(
     {"asyncio", "aiohttp", "httpx", "fastapi", "starlette", "uvicorn", "anyio", "socket"}
 )

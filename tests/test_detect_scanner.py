@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.detect import NO_TOOLS, Finding, Scanner, TurnGuard, declared_tools, inspect_text
+from spillguard.detect import NO_TOOLS, Finding, Scanner, TurnGuard, declared_tools, inspect_text
 
 
 def _fn(name: str, *params: str) -> dict[str, object]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.detect import NO_TOOLS, ToolSet, declared_tools
+from spillguard.detect import NO_TOOLS, ToolSet, declared_tools
 
 WEATHER_SCHEMA = {
     "type": "object",

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.scripted import ScriptedUpstream, Turn
+from spillguard.scripted import ScriptedUpstream, Turn
 from tests.conftest import chat_body
 from tests.faults import (
     HANG,

@@ -21,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import app
-from app.detect import Scanner, TurnGuard, declared_tools, inspect_text
-from app.detect import markers as markers_module
-from app.detect.scanner import DEFAULT_HOLD_LIMIT
-from app.sse import SSEDecoder
+import spillguard
+from spillguard.detect import Scanner, TurnGuard, declared_tools, inspect_text
+from spillguard.detect import markers as markers_module
+from spillguard.detect.scanner import DEFAULT_HOLD_LIMIT
+from spillguard.sse import SSEDecoder
 from tests.fuzz.fuzz_sse_scanner import check, check_chat_stream, check_scanner, check_sse
 
 HANG_SECONDS = 120
@@ -331,8 +331,8 @@ def test_detection_completes_on_long_runs(name: str, cut: int) -> None:
 
 
 def app_modules() -> list[Any]:
-    mods = [app]
-    for info in pkgutil.walk_packages(app.__path__, "app."):
+    mods = [spillguard]
+    for info in pkgutil.walk_packages(spillguard.__path__, "spillguard."):
         try:
             mods.append(importlib.import_module(info.name))
         except ImportError:  # an optional extra that is not installed
@@ -420,17 +420,17 @@ def test_no_pattern_can_backtrack_catastrophically(name: str) -> None:
 def test_the_pattern_inventory_is_not_empty() -> None:
     """The walk above really finds the detection core's patterns (were they moved into a class
     or a function, this fails rather than silently checking nothing)."""
-    assert sum(1 for name in all_patterns() if name.startswith("app.detect.")) >= 5
+    assert sum(1 for name in all_patterns() if name.startswith("spillguard.detect.")) >= 5
 
 
 def test_no_ad_hoc_regex_calls_in_the_detection_core() -> None:
-    """Every pattern in app.detect is compiled once at module level (so the two tests above see
-    it); no re.search(text_pattern, ...) built at run time."""
+    """Every pattern in spillguard.detect is compiled once at module level (so the two tests
+    above see it); no re.search(text_pattern, ...) built at run time."""
     import inspect
 
     calls = re.compile(r"\bre\.(?:search|match|fullmatch|sub|subn|findall|finditer|split)\(")
     for mod in app_modules():
-        if mod.__name__.startswith("app.detect"):
+        if mod.__name__.startswith("spillguard.detect"):
             assert not calls.search(inspect.getsource(mod)), mod.__name__
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from app.scripted import Raw, Turn
+from spillguard.scripted import Raw, Turn
 from tests.conftest import chat_body
 
 CANARY = "sk-canary-7f3a9c"

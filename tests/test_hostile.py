@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.scripted import Turn, chunks, completion
-from app.settings import Settings
+from spillguard.scripted import Turn, chunks, completion
+from spillguard.settings import Settings
 from tests.conftest import chat_body
 from tests.faults import (
     HANG,

@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from app.cli import main
-from app.incidents import (
+from spillguard.cli import main
+from spillguard.incidents import (
     COLUMNS,
     SCHEMA,
     IncidentWriter,
     iso,
     parse_since,
 )
-from app.observe import Outcome
-from app.scripted import Turn, call
+from spillguard.observe import Outcome
+from spillguard.scripted import Turn, call
 from tests.conftest import chat_body
 
 HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'

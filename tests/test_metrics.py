@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.metrics import MULTIPROC_ENV, ModelLabels, multiprocess_dir
-from app.scripted import Raw, Turn, chunks, runner_port
-from app.serving import Running, start_background
-from app.settings import Settings
+from spillguard.metrics import MULTIPROC_ENV, ModelLabels, multiprocess_dir
+from spillguard.scripted import Raw, Turn, chunks, runner_port
+from spillguard.serving import Running, start_background
+from spillguard.settings import Settings
 from tests.conftest import chat_body
 from tests.samples import DSML, HERMES, HONEST, REAL
 
@@ -400,7 +400,7 @@ async def test_several_workers_share_their_counts(
     env.pop(MULTIPROC_ENV, None)
     if own_dir:
         env[MULTIPROC_ENV] = str(tmp_path / "prom")
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--workers", "2", "--port", str(port)]
+    cmd = [sys.executable, "-m", "spillguard.cli", "serve", "--workers", "2", "--port", str(port)]
     cmd += ["--upstream", h.upstream.url, "--log-level", "WARNING"]
     proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).parent.parent)
     base = f"http://127.0.0.1:{port}"

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.observe import ConsoleFormatter, JsonFormatter, Outcome, Redactor
-from app.scripted import Raw, Turn
+from spillguard.observe import ConsoleFormatter, JsonFormatter, Outcome, Redactor
+from spillguard.scripted import Raw, Turn
 from tests.conftest import chat_body
 from tests.samples import DSML, HERMES, HONEST, REAL
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from app.scripted import Raw, Turn, call, chunks, completion
+from spillguard.scripted import Raw, Turn, call, chunks, completion
 from tests.conftest import TOOLS, chat_body
 
 LEAKS = {

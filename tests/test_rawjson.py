@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.rawjson import append_items
+from spillguard.rawjson import append_items
 
 ITEMS = [{"role": "assistant", "content": "leak"}, {"role": "user", "content": "fix it"}]
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from app.scripted import Raw, Turn, call, response_events
+from spillguard.scripted import Raw, Turn, call, response_events
 
 TOOLS: list[Any] = [
     {

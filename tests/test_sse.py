@@ -10,7 +10,7 @@ from itertools import combinations
 
 import pytest
 
-from app.sse import DEFAULT_MAX_EVENT, Event, SSEDecoder, SSEError, encode_data, encode_event
+from spillguard.sse import DEFAULT_MAX_EVENT, Event, SSEDecoder, SSEError, encode_data, encode_event
 
 E = Event
 

@@ -21,10 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
-from app.errors import ClientError
-from app.scripted import Turn, chunks, completion
-from app.settings import Settings
-from app.upstream import HOP_BY_HOP, Upstream, end_to_end, target_path
+from spillguard.errors import ClientError
+from spillguard.scripted import Turn, chunks, completion
+from spillguard.settings import Settings
+from spillguard.upstream import HOP_BY_HOP, Upstream, end_to_end, target_path
 from tests.conftest import chat_body
 from tests.faults import (
     HANG,

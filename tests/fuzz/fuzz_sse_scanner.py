@@ -21,9 +21,9 @@ import random
 import sys
 from typing import Any
 
-from app.chat import ChatStream, inspect_reply
-from app.detect import Scanner, declared_tools, inspect_text
-from app.sse import Event, SSEDecoder
+from spillguard.chat import ChatStream, inspect_reply
+from spillguard.detect import Scanner, declared_tools, inspect_text
+from spillguard.sse import Event, SSEDecoder
 
 TOOLS = declared_tools(
     {

@@ -39,7 +39,7 @@ def run(settings: Settings) -> None:
         # Each worker builds its own app from the environment: hand the settings over there.
         os.environ.update(settings_env(settings))
         uvicorn.run(
-            "app.server:app_from_env",
+            "spillguard.server:app_from_env",
             factory=True,
             workers=settings.workers,
             **uvicorn_config(settings),
