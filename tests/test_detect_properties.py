@@ -18,7 +18,7 @@ import itertools
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from spillguard.detect import NO_TOOLS, Finding, Scanner, TurnGuard, declared_tools, inspect_text
+from spillguard.detect import NO_TOOLS, Finding, Scanner, TurnScanner, declared_tools, inspect_text
 from spillguard.detect.scanner import DEFAULT_MARKUP_LIMIT
 
 TOOLS = declared_tools(
@@ -287,7 +287,7 @@ def test_finding_publishes_exactly_the_prose_before_markup(
 def test_structured_call_loses_no_reasoning(case: tuple[str, list[str]], at: int) -> None:
     text, chunks = case
     at %= len(chunks) + 1
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     out = [guard.feed_reasoning(c) for c in chunks[:at]]
     out.append(guard.structured_call())
     out.extend(guard.feed_reasoning(c) for c in chunks[at:])
@@ -300,7 +300,7 @@ def test_structured_call_loses_no_reasoning(case: tuple[str, list[str]], at: int
 @given(case=cut_texts())
 def test_reasoning_without_call_matches_whole_text(case: tuple[str, list[str]]) -> None:
     text, chunks = case
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     out = [guard.feed_reasoning(c) for c in chunks]
     out.append(guard.finish()[1])
     reference = inspect_text(text, TOOLS, blobs=False, field="reasoning")

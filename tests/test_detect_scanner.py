@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from spillguard.detect import NO_TOOLS, Finding, Scanner, TurnGuard, declared_tools, inspect_text
+from spillguard.detect import NO_TOOLS, Finding, Scanner, TurnScanner, declared_tools, inspect_text
 
 
 def _fn(name: str, *params: str) -> dict[str, object]:
@@ -375,7 +375,7 @@ def test_empty_reply() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# TurnGuard: content and reasoning of one choice, decided together.
+# TurnScanner: content and reasoning of one choice, decided together.
 
 KIMI = (
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
@@ -387,7 +387,7 @@ HARMONY = (
 
 
 def test_reasoning_markup_counts_without_a_structured_call() -> None:
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     assert guard.feed_reasoning("The user wants the weather.\n") == "The user wants the weather.\n"
     assert guard.feed_reasoning(KIMI[:40]) == ""
     assert guard.feed_reasoning(KIMI[40:]) == ""
@@ -405,7 +405,7 @@ def test_reasoning_markup_counts_without_a_structured_call() -> None:
 
 
 def test_harmony_in_reasoning_counts() -> None:
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     assert guard.feed_reasoning(HARMONY) == ""
     assert guard.finish() == ("", "")
     assert guard.finding is not None
@@ -414,7 +414,7 @@ def test_harmony_in_reasoning_counts() -> None:
 
 def test_structured_call_releases_held_reasoning_including_markup() -> None:
     reasoning = "Plan: call the tool.\n" + KIMI
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     published = [guard.feed_reasoning(ch) for ch in reasoning]
     assert "".join(published) == "Plan: call the tool.\n"
     released = guard.structured_call()
@@ -427,7 +427,7 @@ def test_structured_call_releases_held_reasoning_including_markup() -> None:
 
 
 def test_structured_call_releases_a_held_marker_prefix() -> None:
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     assert guard.feed_reasoning("Hmm.\n<|tool") == "Hmm.\n"
     assert guard.holding == len("<|tool")
     assert guard.structured_call() == "<|tool"
@@ -438,7 +438,7 @@ def test_structured_call_releases_a_held_marker_prefix() -> None:
 
 
 def test_reasoning_finding_waits_for_the_end_of_the_turn() -> None:
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     guard.feed_reasoning(KIMI)
     assert guard.finding is None  # a structured call may still arrive
     guard.finish()
@@ -446,7 +446,7 @@ def test_reasoning_finding_waits_for_the_end_of_the_turn() -> None:
 
 
 def test_content_markup_counts_even_with_a_structured_call() -> None:
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     assert guard.feed_content("Checking.\n") == "Checking.\n"
     assert guard.feed_content('[TOOL_CALLS]get_weather[ARGS]{"city": "Porto"}') == ""
     assert guard.certain is True
@@ -465,7 +465,7 @@ def test_content_markup_counts_even_with_a_structured_call() -> None:
 
 
 def test_content_finding_comes_before_reasoning_finding() -> None:
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     guard.feed_reasoning(KIMI)
     guard.feed_content("<tool_call>")
     guard.finish()
@@ -473,7 +473,7 @@ def test_content_finding_comes_before_reasoning_finding() -> None:
 
 
 def test_content_blob_counts_with_turn_guard() -> None:
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     blob = '{"name": "search_docs", "arguments": {"query": "x"}}'
     assert guard.feed_content(blob) == ""
     assert guard.holding == len(blob)
@@ -482,7 +482,7 @@ def test_content_blob_counts_with_turn_guard() -> None:
 
 
 def test_clean_turn_publishes_everything() -> None:
-    guard = TurnGuard(TOOLS)
+    guard = TurnScanner(TOOLS)
     assert guard.feed_reasoning("I know this.") == "I know this."
     assert guard.feed_content("It is sunny") == "It is sunny"
     assert guard.finish() == ("", "")
@@ -491,7 +491,7 @@ def test_clean_turn_publishes_everything() -> None:
 
 
 def test_turn_guard_hold_limit_applies_to_content_blobs() -> None:
-    guard = TurnGuard(TOOLS, hold_limit=10)
+    guard = TurnScanner(TOOLS, hold_limit=10)
     blob = '{"name": "search_docs", "arguments": {"query": "x"}}'
     assert guard.feed_content(blob) == blob
     assert guard.finish() == ("", "")

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import spillguard
-from spillguard.detect import Scanner, TurnGuard, declared_tools, inspect_text
+from spillguard.detect import Scanner, TurnScanner, declared_tools, inspect_text
 from spillguard.detect import markers as markers_module
 from spillguard.detect.scanner import DEFAULT_HOLD_LIMIT
 from spillguard.sse import SSEDecoder
@@ -261,7 +261,7 @@ def test_fuzz_target_on_random_bytes(data: bytes) -> None:
 @FUZZ
 @given(text=adversarial_text(), split=st.integers(0, 10_000))
 def test_reasoning_scanner_and_turn_guard_complete(text: str, split: int) -> None:
-    guard = TurnGuard(TOOLS, hold_limit=4096)
+    guard = TurnScanner(TOOLS, hold_limit=4096)
     out = guard.feed_reasoning(text[:split]) + guard.feed_content(text[split:])
     rest = guard.finish()
     assert isinstance(out + rest[0] + rest[1], str)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detect import Finding, ToolSet, TurnGuard
+from .detect import Finding, ToolSet, TurnScanner
 from .errors import SpillguardError
 from .proxy import Wire
 from .sse import Event, Out, encode_data
@@ -34,7 +34,7 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             continue
-        guard = TurnGuard(tools, hold_limit)
+        guard = TurnScanner(tools, hold_limit)
         if message.get("tool_calls") or message.get("function_call"):
             guard.structured_call()
         content = message.get("content")
@@ -73,13 +73,13 @@ class Splice:
 
 
 class ChatStream:
-    """One upstream chat stream, edited through one TurnGuard per choice."""
+    """One upstream chat stream, edited through one TurnScanner per choice."""
 
     def __init__(self, tools: ToolSet, hold_limit: int, splice: Splice | None = None) -> None:
         self._tools = tools
         self._hold_limit = hold_limit
         self._splice = splice
-        self._guards: dict[int, TurnGuard] = {}
+        self._guards: dict[int, TurnScanner] = {}
         self._finished: set[int] = set()
         self._published: dict[int, list[str]] = {}
         self._published_len: dict[int, int] = {}
@@ -181,10 +181,10 @@ class ChatStream:
                 outs.append(Out(encode_data(_dumps(chunk)), True))
         return outs
 
-    def _guard(self, index: int) -> TurnGuard:
+    def _guard(self, index: int) -> TurnScanner:
         guard = self._guards.get(index)
         if guard is None:
-            guard = self._guards[index] = TurnGuard(self._tools, self._hold_limit)
+            guard = self._guards[index] = TurnScanner(self._tools, self._hold_limit)
         return guard
 
     def _edit_choice(self, choice: dict[str, Any]) -> tuple[bool, bool, bool]:

@@ -21,14 +21,14 @@ read a bounded number of times, and every regular expression sees a bounded wind
 
 from .scanner import Finding, Scanner, inspect_text
 from .tools import NO_TOOLS, ToolSet, declared_tools
-from .turn import TurnGuard
+from .turn import TurnScanner
 
 __all__ = [
     "NO_TOOLS",
     "Finding",
     "Scanner",
     "ToolSet",
-    "TurnGuard",
+    "TurnScanner",
     "declared_tools",
     "inspect_text",
 ]

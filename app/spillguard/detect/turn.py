@@ -6,7 +6,7 @@ from .scanner import DEFAULT_HOLD_LIMIT, Finding, Scanner
 from .tools import ToolSet
 
 
-class TurnGuard:
+class TurnScanner:
     """Feeds a turn's `content` and `reasoning_content` deltas through their scanners.
 
     Markup in content always counts: the client would show it. Markup in reasoning counts only
