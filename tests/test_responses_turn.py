@@ -4,6 +4,7 @@ counts only when no structured call was made, and settling twice changes nothing
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -34,7 +35,7 @@ def edit(body: bytes, cuts: tuple[int, ...]) -> ResponsesStream:
     stream = ResponsesStream(TOOLS, HOLD, None)
     decoder = SSEDecoder()
     bounds = (0, *cuts, len(body))
-    for start, end in zip(bounds, bounds[1:], strict=False):
+    for start, end in itertools.pairwise(bounds):
         for event in decoder.feed(body[start:end]):
             stream.feed(event)
     for event in decoder.flush():

@@ -36,9 +36,10 @@ REFRAMED = frozenset({"content-length", "content-encoding"})
 
 
 class Stream(Protocol):
-    finding: Finding | None
     done: bytes | None
 
+    @property
+    def finding(self) -> Finding | None: ...
     @property
     def certain(self) -> bool: ...
     @property

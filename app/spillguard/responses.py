@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detect import Finding, Scanner, ToolSet
+from .detect import Finding, Scanner, ToolSet, TurnScanner
 from .errors import SpillguardError
 from .proxy import Wire
 from .sse import Event, Out, encode_event
@@ -55,26 +55,29 @@ def _summaries(item: dict[str, Any]) -> list[str]:
 
 
 def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding, str] | None:
+    """The finding in a whole response, with the assistant turn's text (its `output_text`, up to
+    the leaking part): the same turn rule as a stream, through one `TurnScanner` per part."""
     output = reply.get("output") if isinstance(reply, dict) else None
     if not isinstance(output, list):
         return None
     items = [i for i in output if isinstance(i, dict)]
+    texts = [text for item in items for text in _texts(item)]
+    for n, text in enumerate(texts):
+        turn = TurnScanner(tools, hold_limit)
+        turn.feed_content(text)
+        turn.finish()
+        if turn.finding is not None:
+            return turn.finding, "".join(texts[: n + 1])
     called = any(_is_call(i) for i in items)
     for item in items:
-        for text in _texts(item):
-            scanner = Scanner(tools, hold_limit=hold_limit)
-            scanner.feed(text)
-            scanner.finish()
-            if scanner.finding is not None:
-                return scanner.finding, text
-    if not called:
-        for item in items:
-            for text in _summaries(item):
-                scanner = Scanner(tools, blobs=False, field="reasoning", hold_limit=hold_limit)
-                scanner.feed(text)
-                scanner.finish()
-                if scanner.finding is not None:
-                    return scanner.finding, text
+        for text in _summaries(item):
+            turn = TurnScanner(tools, hold_limit)
+            if called:
+                turn.structured_call()
+            turn.feed_reasoning(text)
+            turn.finish()
+            if turn.finding is not None:
+                return turn.finding, "".join(texts)
     return None
 
 
@@ -90,13 +93,31 @@ def retry_body(body: dict[str, Any], leaked: str, correction: str) -> dict[str, 
 
 @dataclass
 class _Text:
-    """One output_text part, or one reasoning summary part, as the client has seen it."""
+    """One output_text part, or one reasoning summary part, as the client has seen it. Each
+    has its own `TurnScanner` (a part starts its own lines), fed on the content side or on the
+    reasoning side, so the turn rule is the one chat uses."""
 
     output_index: int
     index: int  # content_index, or summary_index
     item_id: Any
-    scanner: Scanner
+    turn: TurnScanner
+    reasoning: bool
     published: list[str] = field(default_factory=list)
+
+    @property
+    def scanner(self) -> Scanner:
+        return self.turn.reasoning if self.reasoning else self.turn.content
+
+    @property
+    def finding(self) -> Finding | None:
+        return self.turn.finding
+
+    def feed(self, text: str) -> str:
+        return self.turn.feed_reasoning(text) if self.reasoning else self.turn.feed_content(text)
+
+    def finish(self) -> str:
+        content, reasoning = self.turn.finish()
+        return reasoning if self.reasoning else content
 
 
 # An event on its way out: (data, the upstream's event when unchanged, synthesized here).
@@ -114,7 +135,6 @@ class ResponsesStream:
         self._parked: list[Pending] = []
         self._parked_bytes = 0
         self._called = False
-        self.finding: Finding | None = None
         self.done: bytes | None = None  # Responses streams have no [DONE]
         self.seq = -1  # the last sequence number sent
         self.identity: dict[str, Any] = {}  # id and created_at of the response the client saw
@@ -130,6 +150,18 @@ class ResponsesStream:
             self.identity = previous.identity
 
     @property
+    def finding(self) -> Finding | None:
+        """The turn rule, over every part: the first content finding wins; reasoning counts only
+        once its part has ended and the response made no structured call."""
+        for part in self._parts.values():
+            if part.finding is not None:
+                return part.finding
+        for summary in self._summaries.values():
+            if summary.finding is not None:
+                return summary.finding
+        return None
+
+    @property
     def certain(self) -> bool:
         return self.finding is not None
 
@@ -139,8 +171,8 @@ class ResponsesStream:
 
     @property
     def holding(self) -> int:
-        held = sum(p.scanner.holding for p in self._parts.values())
-        held += sum(t.scanner.holding for t in self._summaries.values())
+        held = sum(p.turn.holding for p in self._parts.values())
+        held += sum(t.turn.holding for t in self._summaries.values())
         return held + self._parked_bytes
 
     @property
@@ -154,13 +186,11 @@ class ResponsesStream:
         return published
 
     def settle(self) -> None:
-        """Read the family and name from all markup seen (the stream ended after a finding)."""
-        for text in [*self._parts.values(), *self._summaries.values()]:
-            if text.scanner.marker_seen and not text.scanner.finished:
-                text.scanner.finish()
-                if text.scanner.finding is not None:
-                    self.finding = text.scanner.finding
-                    return
+        """Read the family and name from all the markup seen (the stream ended after a content
+        finding). Idempotent: `finding` is derived from the parts, content first."""
+        for part in self._parts.values():
+            if part.scanner.marker_seen:
+                part.finish()
 
     def finish(self) -> list[Out]:
         """The upstream ended without a terminal event: settle what was held."""
@@ -203,10 +233,9 @@ class ResponsesStream:
             return self._scan(part, data, event, is_part=True)
         if kind == "response.output_text.done":
             part = self._text(data, oi, True)
-            rest = part.scanner.finish()
+            rest = part.finish()
             part.published.append(rest)
-            if part.scanner.finding is not None:
-                self.finding = part.scanner.finding
+            if part.finding is not None:
                 return []
             return ([self._synth_delta(part, rest, True)] if rest else []) + same
         if kind.startswith("response.reasoning_summary_text.") and not self._called:
@@ -214,7 +243,7 @@ class ResponsesStream:
             if kind.endswith(".delta"):
                 return self._scan(summary, data, event, is_part=False)
             if kind.endswith(".done") and not summary.scanner.marker_seen:
-                rest = summary.scanner.finish()
+                rest = summary.finish()
                 summary.published.append(rest)
                 return ([self._synth_delta(summary, rest, False)] if rest else []) + same
         if kind in TERMINAL:
@@ -228,10 +257,8 @@ class ResponsesStream:
         self, text: _Text, data: dict[str, Any], event: Event, is_part: bool
     ) -> list[Pending]:
         delta = data.get("delta")
-        out = text.scanner.feed(delta) if isinstance(delta, str) else ""
+        out = text.feed(delta) if isinstance(delta, str) else ""
         text.published.append(out)
-        if is_part and text.scanner.marker_seen:
-            self.finding = text.scanner.finding
         if out == delta:
             return [(data, event, False)]
         return [({**data, "delta": out}, None, False)] if out else []
@@ -274,14 +301,9 @@ class ResponsesStream:
         index = _index(data, "content_index" if is_part else "summary_index")
         text = table.get((oi, index))
         if text is None:
-            hold = self._hold_limit
-            if is_part:
-                scanner = Scanner(self._tools, hold_limit=hold)
-            else:  # reasoning may be released after all: keep all of its markup
-                scanner = Scanner(
-                    self._tools, blobs=False, field="reasoning", hold_limit=hold, markup_limit=hold
-                )
-            text = table[(oi, index)] = _Text(oi, index, data.get("item_id"), scanner)
+            turn = TurnScanner(self._tools, self._hold_limit)
+            text = _Text(oi, index, data.get("item_id"), turn, reasoning=not is_part)
+            table[(oi, index)] = text
         return text
 
     def _synth_delta(self, text: _Text, delta: str, is_part: bool) -> Pending:
@@ -304,11 +326,9 @@ class ResponsesStream:
         self._called = True
         out: list[Pending] = []
         for summary in self._summaries.values():
-            if summary.scanner.finished:
+            if summary.turn.finished:
                 continue
-            held = summary.scanner.finish()
-            finding = summary.scanner.finding
-            text = held + (finding.excerpt if finding else "")
+            text = summary.turn.structured_call()
             summary.published.append(text)
             if text:
                 out.append(self._synth_delta(summary, text, False))
@@ -323,13 +343,11 @@ class ResponsesStream:
             if not is_part and self._called:
                 continue
             for text in table.values():
-                if text.scanner.finished:
+                if text.turn.finished:
                     continue
-                rest = text.scanner.finish()
+                rest = text.finish()
                 text.published.append(rest)
-                if text.scanner.finding is not None:
-                    self.finding = self.finding or text.scanner.finding
-                elif rest:
+                if text.finding is None and rest:
                     out.append(self._synth_delta(text, rest, is_part))
         if self.finding is None and self._parked:
             out = self._parked + out
@@ -391,7 +409,7 @@ class ResponsesStream:
             key = (_index(data, "output_index"), _index(data, "content_index"))
             part = self._parts.get(key)
             if part is not None and part.scanner.marker_seen:
-                part.scanner.feed(data["delta"])
+                part.feed(data["delta"])
         elif kind in TERMINAL or kind == "response.output_text.done":
             self.settle()
             self.done = b""
