@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route, Router
 
 from bench.components import asgi_post_us
-from spillguard.server import create_app
+from spillguard.asgi import create_app
 from spillguard.settings import Settings
 
 CALLS = 20_000

@@ -87,7 +87,8 @@ def asgi_post_us(app: Any, path: str, body: bytes, n: int) -> float:
 def measure(n: int = 2000) -> list[dict[str, Any]]:
     from spillguard import chat
     from spillguard.detect import declared_tools
-    from spillguard.observe import Observer, Outcome
+    from spillguard.observe import Observer
+    from spillguard.outcome import Outcome
     from spillguard.settings import Settings
     from spillguard.sse import SSEDecoder
     from spillguard.upstream import end_to_end
@@ -141,7 +142,7 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
     # metrics; the incident writer off (no findings on this path anyway).
     settings = Settings(upstream="http://127.0.0.1:9/v1", incidents_db="")
     observer = Observer(settings)
-    from spillguard.observe import setup_logging
+    from spillguard.logs import setup_logging
 
     setup_logging(settings)
     spill_log = logging.getLogger("spillguard")
@@ -172,7 +173,7 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from spillguard.server import create_app
+    from spillguard.asgi import create_app
 
     async def trivial(request: Request) -> Response:
         await request.body()

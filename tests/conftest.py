@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
+from spillguard.runner import Running, start_background
 from spillguard.scripted import Raw, ScriptedUpstream, Turn
-from spillguard.serving import Running, start_background
 from spillguard.settings import Settings
 
 TOOLS: list[dict[str, Any]] = [

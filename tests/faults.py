@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from spillguard.runner import Running, start_background
 from spillguard.scripted import Turn, chunks
-from spillguard.serving import Running, start_background
 from spillguard.settings import Settings
 
 HANG = 20.0  # seconds: a hang guard only, never a performance assertion

@@ -24,7 +24,7 @@ from spillguard.incidents import (
     iso,
     parse_since,
 )
-from spillguard.observe import Outcome
+from spillguard.outcome import Outcome
 from spillguard.scripted import Turn, call
 from tests.conftest import chat_body
 

@@ -19,8 +19,8 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from spillguard.metrics import MULTIPROC_ENV, ModelLabels, multiprocess_dir
+from spillguard.runner import Running, start_background
 from spillguard.scripted import Raw, Turn, chunks, runner_port
-from spillguard.serving import Running, start_background
 from spillguard.settings import Settings
 from tests.conftest import chat_body
 from tests.samples import DSML, HERMES, HONEST, REAL

@@ -14,7 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from spillguard.observe import ConsoleFormatter, JsonFormatter, Outcome, Redactor
+from spillguard.logs import ConsoleFormatter, JsonFormatter
+from spillguard.outcome import Outcome
+from spillguard.redact import Redactor
 from spillguard.scripted import Raw, Turn
 from tests.conftest import chat_body
 from tests.samples import DSML, HERMES, HONEST, REAL

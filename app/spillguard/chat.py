@@ -14,8 +14,8 @@ from typing import Any
 
 from .detect import Finding, ToolSet, TurnScanner
 from .errors import SpillguardError
-from .proxy import Wire
 from .sse import Event, Out, encode_data
+from .wire import Stream, Wire
 
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
@@ -51,15 +51,12 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
     return None
 
 
-def retry_body(body: dict[str, Any], leaked: str, correction: str) -> dict[str, Any]:
-    """The request once more, with the leaked turn and the corrective instruction appended."""
+def retry_body(body: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The parsed request with the retry's items appended to `messages`."""
     given = body.get("messages")
     if not isinstance(given, list):
         raise TypeError("messages is not a list")
-    messages = list(given)
-    messages.append({"role": "assistant", "content": leaked})
-    messages.append({"role": "user", "content": correction})
-    return {**body, "messages": messages}
+    return {**body, "messages": [*given, *items]}
 
 
 @dataclass
@@ -98,6 +95,14 @@ class ChatStream:
     @property
     def holding(self) -> int:
         return sum(g.holding for g in self._guards.values())
+
+    @property
+    def ended(self) -> bool:
+        return self.done is not None
+
+    @property
+    def trailer(self) -> bytes:
+        return self.done or b""
 
     @property
     def can_splice(self) -> bool:
@@ -289,7 +294,7 @@ class ChatStream:
                 self._finished.add(self.finding_choice)
 
 
-def new_stream(tools: ToolSet, hold_limit: int, previous: Any | None) -> ChatStream:
+def new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> ChatStream:
     """A stream; after `previous` published prose, the retry continues that client stream."""
     splice = None
     if isinstance(previous, ChatStream) and previous.head:
@@ -298,10 +303,12 @@ def new_stream(tools: ToolSet, hold_limit: int, previous: Any | None) -> ChatStr
     return ChatStream(tools, hold_limit, splice)
 
 
-def error_event(error: SpillguardError, stream: Any) -> bytes:
+def error_event(error: SpillguardError, stream: Stream | None) -> bytes:
     """A mid-stream failure: an error event (openai-python raises APIError on it), then [DONE]
     as vLLM does."""
     return b"data: " + error.json_bytes() + b"\n\ndata: [DONE]\n\n"
 
 
-WIRE = Wire("messages", inspect_reply, retry_body, new_stream, error_event)
+WIRE = Wire(
+    "chat", "chat/completions", "messages", inspect_reply, new_stream, error_event, retry_body
+)

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from .metrics import multiprocess_dir
 
     with multiprocess_dir(settings.workers):  # before the workers start: they inherit it
-        from .serving import run
+        from .runner import run
 
         run(settings)
     return 0

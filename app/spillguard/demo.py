@@ -12,8 +12,8 @@ from typing import Any
 
 import openai
 
+from .runner import start_background
 from .scripted import Raw, ScriptedUpstream, Turn, attempt, call
-from .serving import start_background
 from .settings import Settings
 
 TOOLS = [

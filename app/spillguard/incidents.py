@@ -20,10 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .observe import Outcome
+from .outcome import Outcome
 
 log = logging.getLogger("spillguard")
 
@@ -83,7 +82,7 @@ def rows_for(
 
     rows = []
     for found in outcome.findings:
-        excerpt = str(found.get("excerpt") or "")
+        excerpt = found.excerpt
         rows.append(
             (
                 when,
@@ -91,10 +90,10 @@ def rows_for(
                 outcome.route,
                 outcome.mode,
                 text(outcome.model),
-                found["family"],
-                text(found.get("tool_name")),
-                outcome.action,
-                int(found.get("attempt") or 0),
+                found.family,
+                text(found.tool_name),
+                str(outcome.action),
+                found.attempt,
                 clean(excerpt[:excerpt_limit]),
                 len(excerpt),
             )

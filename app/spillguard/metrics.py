@@ -24,7 +24,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -35,10 +34,8 @@ from prometheus_client import (
     multiprocess,
 )
 
+from .outcome import Outcome
 from .settings import Settings
-
-if TYPE_CHECKING:
-    from .observe import Outcome
 
 log = logging.getLogger("spillguard")
 
@@ -173,9 +170,9 @@ class Metrics:
         )
 
     def observe(self, outcome: Outcome) -> None:
-        self.requests.labels(outcome.route, outcome.mode, outcome.action).inc()
+        self.requests.labels(outcome.route, outcome.mode, str(outcome.action)).inc()
         for found in outcome.findings:
-            self.findings.labels(found["family"], self.model(outcome.model)).inc()
+            self.findings.labels(found.family, self.model(outcome.model)).inc()
         if outcome.attempts > 1:
             self.retries.labels(outcome.route).inc(outcome.attempts - 1)
         for status in outcome.upstream_statuses:

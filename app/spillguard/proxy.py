@@ -1,8 +1,8 @@
 """The decision: pass, retry once, or fail, for a whole reply or a stream, over any wire format.
 
-A `Wire` knows one API's shapes (Chat Completions, Responses); this module knows only what to do
-with a finding. Streams are an async generator that first yields a `Head` (the status and headers
-to start the response with, decided as late as possible) and then bytes.
+A `Wire` (`wire.py`) knows one API's shapes; this module knows only what to do with a finding.
+Streams are an async generator that first yields a `Head` (the status and headers to start the
+response with, decided as late as `start.ResponseStart` allows) and then bytes.
 """
 
 from __future__ import annotations
@@ -10,57 +10,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from .detect import Finding, ToolSet
-from .errors import (
-    InternalError,
-    LeakedToolCall,
-    ReplyTooLarge,
-    SpillguardError,
-    UpstreamError,
-)
-from .observe import Outcome, Timed, timed
-from .rawjson import append_items
+from .errors import InternalError, LeakedToolCall, ReplyTooLarge, SpillguardError, UpstreamError
+from .outcome import Action, Outcome
 from .settings import Mode, Settings
-from .sse import Event, Out, SSEDecoder, SSEError
-from .upstream import Upstream, end_to_end
+from .sse import Out, SSEDecoder, SSEError
+from .start import ResponseStart, Send
+from .upstream import Reply, Upstream, end_to_end
+from .wire import Stream, Wire
 
-KEEPALIVE = b": keep-alive\n\n"
 DRAIN_SECONDS = 1.0  # at most this long reading on after a marker, for the name and family
 log = logging.getLogger("spillguard")
 # Headers of a reply whose body spillguard may rewrite or re-frame.
 REFRAMED = frozenset({"content-length", "content-encoding"})
-
-
-class Stream(Protocol):
-    done: bytes | None
-
-    @property
-    def finding(self) -> Finding | None: ...
-    @property
-    def certain(self) -> bool: ...
-    @property
-    def holding(self) -> int: ...
-    @property
-    def can_splice(self) -> bool: ...
-    def feed(self, event: Event) -> list[Any]: ...
-    def finish(self) -> list[Any]: ...
-    def settle(self) -> None: ...
-    def leaked_text(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class Wire:
-    """One API's shapes, as the decision needs them (Chat Completions, Responses)."""
-
-    retry_key: str  # the top-level array a retry appends its two messages to
-    inspect_reply: Callable[[Any, ToolSet, int], tuple[Finding, str] | None]
-    retry_body: Callable[[dict[str, Any], str, str], dict[str, Any]]
-    new_stream: Callable[[ToolSet, int, Any | None], Stream]
-    error_event: Callable[[SpillguardError, Any], bytes]
 
 
 @dataclass
@@ -74,7 +40,7 @@ class Exchange:
     obj: dict[str, Any]
     tools: ToolSet
     outcome: Outcome
-    current: Any = None  # the stream being edited, for an error event's place in it
+    current: Stream | None = None  # the stream being edited, for an error event's place in it
 
 
 @dataclass
@@ -86,25 +52,50 @@ class Head:
 
 
 def action_headers(outcome: Outcome) -> dict[str, str]:
-    out = {"x-spillguard-action": outcome.action}
+    out = {"x-spillguard-action": str(outcome.action)}
     if outcome.family:
         out["x-spillguard-family"] = outcome.family
     return out
 
 
-class Guard:
+def error_headers(settings: Settings, error: SpillguardError) -> dict[str, str]:
+    if isinstance(error, LeakedToolCall) and settings.should_retry_header:
+        return {"x-should-retry": settings.should_retry_header}
+    return {}
+
+
+async def open_upstream(
+    upstream: Upstream,
+    outcome: Outcome,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: Any,
+    *,
+    decode: bool = False,
+) -> Reply:
+    """One upstream exchange for `outcome`: counted, every wait on it timed, its status noted."""
+    outcome.calling()
+    reply = await upstream.open(method, url, headers, body, decode=decode, on_wait=outcome.waited)
+    outcome.upstream_answered(reply.status)
+    return reply
+
+
+def _passed(attempt: int) -> Action:
+    return Action.RETRIED if attempt == 2 else Action.PASSED
+
+
+class Decision:
+    """For one wire: send the request upstream, inspect the reply, and pass it, retry once with
+    the corrective instruction, or fail with TEXT_ENCODED_TOOL_CALL."""
+
     def __init__(self, settings: Settings, upstream: Upstream, wire: Wire) -> None:
         self.settings = settings
         self.upstream = upstream
         self.wire = wire
 
-    def error_headers(self, error: SpillguardError) -> dict[str, str]:
-        if isinstance(error, LeakedToolCall) and self.settings.should_retry_header:
-            return {"x-should-retry": self.settings.should_retry_header}
-        return {}
-
     def _leak(self, ex: Exchange, finding: Finding, attempt: int) -> LeakedToolCall:
-        ex.outcome.action = "failed"
+        ex.outcome.act(Action.FAILED)
         return LeakedToolCall(
             {
                 "tool_name": finding.tool_name,
@@ -117,19 +108,29 @@ class Guard:
     def _note(self, ex: Exchange, finding: Finding, attempt: int) -> None:
         ex.outcome.finding(finding.family, finding.tool_name, attempt, finding.excerpt)
 
-    async def _open(self, ex: Exchange, body: bytes) -> Timed:
-        """One upstream exchange, its waits counted in the outcome's upstream time."""
-        opening = self.upstream.open(ex.method, ex.url, ex.headers, body, decode=True)
-        return await timed(ex.outcome, opening)
+    async def _open(self, ex: Exchange, body: bytes) -> Reply:
+        return await open_upstream(
+            self.upstream, ex.outcome, ex.method, ex.url, ex.headers, body, decode=True
+        )
+
+    def _retry(self, ex: Exchange, found: tuple[Finding, str], attempt: int) -> bytes:
+        """The retry request. One that cannot be written as standard JSON (a body too deep, a
+        number out of range, `messages` that is no list) cannot be retried: the leak fails."""
+        finding, leaked = found
+        try:
+            return self.wire.retry_request(ex.body, ex.obj, leaked, self.settings.correction)
+        except (TypeError, ValueError, RecursionError) as exc:
+            log.warning("retry impossible", extra={"fields": {"error": type(exc).__name__}})
+            raise self._leak(ex, finding, attempt) from None
 
     # ---- whole replies -------------------------------------------------------------------
 
     async def reply(self, ex: Exchange) -> tuple[int, dict[str, str], bytes]:
         """(status, headers, body) for a non-streamed request."""
         s = self.settings
-        body, obj = ex.body, ex.obj
+        body = ex.body
         for attempt in (1, 2):
-            ex.outcome.attempts = attempt
+            ex.outcome.attempt(attempt)
             async with await self._open(ex, body) as reply:
                 data = await reply.read(s.max_reply)
                 headers = end_to_end(reply.headers, REFRAMED)
@@ -138,39 +139,17 @@ class Guard:
                     headers = end_to_end(reply.headers, frozenset({"content-length"}))
             if status != 200 or "json" not in ctype or not identity:
                 if attempt == 2:
-                    ex.outcome.action = "retried"
+                    ex.outcome.act(Action.RETRIED)
                 return status, headers, data  # the upstream's own answer, as it sent it
-            leaked = self._judge_whole(ex, data, attempt)
-            if leaked is None:
+            found = self._judge_whole(ex, data, attempt)
+            if found is None:
                 return status, headers, data
-            obj, body = self._retry(ex, obj, leaked, attempt)
+            body = self._retry(ex, found, attempt)
         raise AssertionError("unreachable")
 
-    def _retry(
-        self, ex: Exchange, obj: dict[str, Any], leaked: str, attempt: int
-    ) -> tuple[dict[str, Any], bytes]:
-        """The retry request. One that cannot be written as standard JSON (a body too deep, a
-        number out of range, `messages` that is no list) cannot be retried: the leak fails."""
-        items = [
-            {"role": "assistant", "content": leaked},
-            {"role": "user", "content": self.settings.correction},
-        ]
-        key = self.wire.retry_key
-        raw = append_items(ex.body, key, items, _as_user if key == "input" else None)
-        if raw is not None:  # the rest of the request goes as the client wrote it
-            return obj, raw
-        try:
-            retry = self.wire.retry_body(obj, leaked, self.settings.correction)
-            return retry, json.dumps(retry, allow_nan=False).encode()
-        except (TypeError, ValueError, RecursionError) as exc:
-            log.warning("retry impossible", extra={"fields": {"error": type(exc).__name__}})
-            finding = ex.outcome.findings[-1]
-            leak = Finding(finding["family"], finding["tool_name"], 0)
-            raise self._leak(ex, leak, attempt) from None
-
-    def _judge_whole(self, ex: Exchange, data: bytes, attempt: int) -> str | None:
-        """Judge a whole JSON reply: None to pass it (setting the action), the leaked text to
-        retry with, or raise the leak when there is no retry left."""
+    def _judge_whole(self, ex: Exchange, data: bytes, attempt: int) -> tuple[Finding, str] | None:
+        """Judge a whole JSON reply: None to pass it (setting the action), the finding and the
+        leaked text to retry with, or raise the leak when there is no retry left."""
         s = self.settings
         try:
             parsed = json.loads(data)
@@ -178,16 +157,15 @@ class Guard:
             parsed = None
         found = self.wire.inspect_reply(parsed, ex.tools, s.hold_limit) if parsed else None
         if found is None:
-            ex.outcome.action = "retried" if attempt == 2 else "passed"
+            ex.outcome.act(_passed(attempt))
             return None
-        finding, leaked = found
-        self._note(ex, finding, attempt)
+        self._note(ex, found[0], attempt)
         if s.mode is Mode.OBSERVE:
-            ex.outcome.action = "observed"
+            ex.outcome.act(Action.OBSERVED)
             return None
         if s.mode is Mode.FAIL or attempt == 2:
-            raise self._leak(ex, finding, attempt)
-        return leaked
+            raise self._leak(ex, found[0], attempt)
+        return found
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -199,7 +177,7 @@ class Guard:
             async for item in self._stream(ex):
                 if isinstance(item, Head):
                     started = True
-                    ex.outcome.status = item.status
+                    ex.outcome.answered(item.status)
                 yield item
         except Exception as exc:
             if isinstance(exc, SpillguardError):
@@ -209,34 +187,36 @@ class Guard:
             else:  # a bug of spillguard's own: the client still gets a clean error, never a 500
                 log.error("stream failed", extra={"fields": {"error": type(exc).__name__}})
                 error = InternalError("spillguard failed while relaying the stream")
-            ex.outcome.error = error.code
-            if ex.outcome.action in ("forwarded", "passed", "retried"):
-                ex.outcome.action = "failed" if isinstance(error, LeakedToolCall) else "error"
+            ex.outcome.stream_failed(error.code)
             if started:
                 yield self.wire.error_event(error, ex.current)
             else:
-                ex.outcome.status = error.status
+                ex.outcome.answered(error.status)
                 body = error.json_bytes()
-                yield Head(error.status, self.error_headers(error), sse=False, body=body)
+                headers = error_headers(self.settings, error)
+                yield Head(error.status, headers, sse=False, body=body)
 
     def _head(self, ex: Exchange, attempt: int, headers: dict[str, str]) -> Head:
-        if self.settings.mode is Mode.OBSERVE:
-            ex.outcome.action = "observed"
-        else:
-            ex.outcome.action = "retried" if attempt == 2 else "passed"
+        observe = self.settings.mode is Mode.OBSERVE
+        ex.outcome.act(Action.OBSERVED if observe else _passed(attempt))
         return Head(200, headers | action_headers(ex.outcome))
+
+    def _send(
+        self, ex: Exchange, attempt: int, headers: dict[str, str], send: Send
+    ) -> list[Head | bytes]:
+        return [self._head(ex, attempt, headers), send.data] if send.start else [send.data]
 
     async def _stream(self, ex: Exchange) -> AsyncGenerator[Head | bytes, None]:
         s = self.settings
-        observe = s.mode is Mode.OBSERVE
-        body, obj = ex.body, ex.obj
-        committed = False
-        previous: Any | None = None
+        body = ex.body
+        start = ResponseStart()
+        previous: Stream | None = None
         for attempt in (1, 2):
-            ex.outcome.attempts = attempt
+            ex.outcome.attempt(attempt)
+            start.next_attempt()
             async with await self._open(ex, body) as reply:
                 json_reply = reply.status == 200 and "json" in reply.content_type
-                if json_reply and reply.identity and not committed:
+                if json_reply and reply.identity and not start.started:
                     # A stream request answered with one JSON reply: judge it whole.
                     data = await reply.read(s.max_reply)
                     found = self._judge_whole(ex, data, attempt)
@@ -245,17 +225,17 @@ class Guard:
                         yield Head(200, headers, sse=False)
                         yield data
                         return
-                    obj, body = self._retry(ex, obj, found, attempt)
+                    body = self._retry(ex, found, attempt)
                     continue
                 if (
                     reply.status != 200
                     or reply.content_type != "text/event-stream"
                     or not reply.identity
                 ):
-                    if committed:
+                    if start.started:
                         raise UpstreamError(f"Upstream answered the retry with {reply.status}")
                     if attempt == 2:
-                        ex.outcome.action = "retried"
+                        ex.outcome.act(Action.RETRIED)
                     # Bytes go as read: decoded (and re-framed) only if spillguard decoded them.
                     drop = REFRAMED if reply.decoded else frozenset()
                     headers = end_to_end(reply.headers, drop) | action_headers(ex.outcome)
@@ -265,70 +245,79 @@ class Guard:
                     return
                 headers = end_to_end(reply.headers, REFRAMED)
                 stream = ex.current = self.wire.new_stream(ex.tools, s.hold_limit, previous)
-                decoder = SSEDecoder()
-                pending: list[bytes] = []
-                while True:
-                    if committed:
-                        chunk: bytes | None = await reply.chunk()
-                    else:
-                        chunk = await reply.wait_chunk(s.keepalive)
-                        if chunk is None:  # held back for long: start the response, keep it alive
-                            yield self._head(ex, attempt, headers)
-                            committed = True
-                            yield b"".join(pending) + KEEPALIVE
-                            pending.clear()
-                            continue
-                    outs: list[Any] = []
-                    for event in decoder.feed(chunk) if chunk else decoder.flush():
-                        fed = stream.feed(event)
-                        outs.extend([Out(event.raw)] if observe else fed)
-                    if not chunk:  # the upstream's stream ended
-                        if stream.certain:
-                            stream.settle()
-                        else:
-                            tail = stream.finish()
-                            if not observe and not stream.certain:
-                                outs.extend(tail)
-                                if stream.done is not None:
-                                    outs.append(Out(stream.done))
-                    leaking = stream.certain and not observe  # this attempt publishes no more
-                    # Output is publishable by construction. Before the response has started, a
-                    # leak drops it: the retry (or a real 502) replaces it whole.
-                    data = b"".join(o.data for o in outs)
-                    if committed:
-                        if data:
-                            yield data
-                    elif not leaking and (not chunk or any(o.meaningful for o in outs)):
-                        yield self._head(ex, attempt, headers)
-                        committed = True
-                        yield b"".join(pending) + data
-                        pending.clear()
-                    elif not leaking:
-                        pending.append(data)
-                    if not observe and stream.holding > s.hold_limit:
-                        raise ReplyTooLarge(f"Held back more than {s.hold_limit} characters")
-                    if not chunk or leaking:
-                        break
-                if leaking and chunk:
-                    await self._drain(reply, decoder, stream)
+                async for item in self._edit(ex, attempt, reply, stream, start, headers):
+                    yield item
             finding = stream.finding
             if finding is None:
                 return
             self._note(ex, finding, attempt)
-            if observe:
+            if s.mode is Mode.OBSERVE:
                 return
-            if s.mode is Mode.FAIL or attempt == 2 or (committed and not stream.can_splice):
+            if s.mode is Mode.FAIL or attempt == 2 or (start.started and not stream.can_splice):
                 raise self._leak(ex, finding, attempt)
-            obj, body = self._retry(ex, obj, stream.leaked_text(), attempt)
-            previous = stream if committed else None
+            body = self._retry(ex, (finding, stream.leaked_text()), attempt)
+            previous = stream if start.started else None
 
-    async def _drain(self, reply: Timed, decoder: SSEDecoder, stream: Any) -> None:
+    async def _edit(
+        self,
+        ex: Exchange,
+        attempt: int,
+        reply: Reply,
+        stream: Stream,
+        start: ResponseStart,
+        headers: dict[str, str],
+    ) -> AsyncGenerator[Head | bytes, None]:
+        """One attempt's SSE stream through its editor, until it ends or leaks."""
+        s = self.settings
+        observe = s.mode is Mode.OBSERVE
+        decoder = SSEDecoder()
+        while True:
+            if start.started:
+                chunk: bytes | None = await reply.chunk()
+            else:
+                chunk = await reply.wait_chunk(s.keepalive)
+                if chunk is None:  # held back for long: start the response, keep it alive
+                    for item in self._send(ex, attempt, headers, start.idle()):
+                        yield item
+                    continue
+            outs: list[Out] = []
+            for event in decoder.feed(chunk) if chunk else decoder.flush():
+                fed = stream.feed(event)
+                outs.extend([Out(event.raw)] if observe else fed)
+            if not chunk:  # the upstream's stream ended
+                if stream.certain:
+                    stream.settle()
+                else:
+                    tail = stream.finish()
+                    if not observe and not stream.certain:
+                        outs.extend(tail)
+                        if stream.trailer:
+                            outs.append(Out(stream.trailer))
+            leaking = stream.certain and not observe  # this attempt publishes no more
+            # Output is publishable by construction; the start policy says when it may go.
+            send = start.output(
+                b"".join(o.data for o in outs),
+                meaningful=any(o.meaningful for o in outs),
+                last=not chunk,
+                leaking=leaking,
+            )
+            if send is not None:
+                for item in self._send(ex, attempt, headers, send):
+                    yield item
+            if not observe and stream.holding > s.hold_limit:
+                raise ReplyTooLarge(f"Held back more than {s.hold_limit} characters")
+            if not chunk or leaking:
+                break
+        if leaking and chunk:
+            await self._drain(reply, decoder, stream)
+
+    async def _drain(self, reply: Reply, decoder: SSEDecoder, stream: Stream) -> None:
         """Read a little more of a leaking reply so its family and tool name settle: bounded
         in size and in time (the retry, or the 502, should not wait for a whole generation)."""
         read = 0
         try:
             async with asyncio.timeout(DRAIN_SECONDS):
-                while read < self.settings.hold_limit and stream.done is None:
+                while read < self.settings.hold_limit and not stream.ended:
                     chunk = await reply.chunk()
                     read += len(chunk)
                     for event in decoder.feed(chunk) if chunk else decoder.flush():
@@ -338,8 +327,3 @@ class Guard:
         except TimeoutError:
             pass
         stream.settle()
-
-
-def _as_user(text: str) -> str:
-    """A Responses `input` given as a string, as the user message it stands for."""
-    return '{"role":"user","content":' + text + "}"

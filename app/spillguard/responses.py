@@ -17,8 +17,8 @@ from typing import Any
 
 from .detect import Finding, Scanner, ToolSet, TurnScanner
 from .errors import SpillguardError
-from .proxy import Wire
 from .sse import Event, Out, encode_event
+from .wire import Stream, Wire
 
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
 Key = tuple[int, int]
@@ -81,14 +81,18 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
     return None
 
 
-def retry_body(body: dict[str, Any], leaked: str, correction: str) -> dict[str, Any]:
-    """Append the leaked turn and the instruction to `input`. With `previous_response_id` the
-    history lives upstream; it is kept, and only this request's items plus the new ones go."""
+def retry_body(body: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The parsed request with the retry's items appended to `input`. With
+    `previous_response_id` the history lives upstream; it is kept, and only this request's
+    items plus the new ones go."""
     given = body.get("input")
-    items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
-    items.append({"role": "assistant", "content": leaked})
-    items.append({"role": "user", "content": correction})
-    return {**body, "input": items}
+    first = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
+    return {**body, "input": [*first, *items]}
+
+
+def item_from_string(text: str) -> str:
+    """An `input` given as a string (its raw JSON), as the user message it stands for."""
+    return '{"role":"user","content":' + text + "}"
 
 
 @dataclass
@@ -135,7 +139,7 @@ class ResponsesStream:
         self._parked: list[Pending] = []
         self._parked_bytes = 0
         self._called = False
-        self.done: bytes | None = None  # Responses streams have no [DONE]
+        self._ended = False  # after a finding: the leaking part, or the response, ended
         self.seq = -1  # the last sequence number sent
         self.identity: dict[str, Any] = {}  # id and created_at of the response the client saw
         self._splice = previous is not None
@@ -176,6 +180,14 @@ class ResponsesStream:
         return held + self._parked_bytes
 
     @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def trailer(self) -> bytes:
+        return b""  # Responses streams have no [DONE]
+
+    @property
     def next_index(self) -> int:
         return self._offset + max((k + 1 for k in self._opened), default=0)
 
@@ -212,10 +224,13 @@ class ResponsesStream:
         outs, self._closing = self._closing, []
         parking = self._reasoning_marker()  # markup seen in reasoning before this event
         pending = self._edit(kind, data, event)
-        if parking and self._reasoning_marker() and not self.certain:
-            # Parked until a real call releases it, or the end makes it a finding.
-            self._parked += pending
-            self._parked_bytes += len(event.raw)
+        if parking and self._reasoning_marker():
+            # Parked until a real call releases it, or the end makes it a finding. A content
+            # finding here ends the stream: what was parked before it never goes out, so
+            # neither does this event's prose (it would overtake them).
+            if not self.certain:
+                self._parked += pending
+                self._parked_bytes += len(event.raw)
             return outs
         return outs + self._send_all(pending)
 
@@ -412,7 +427,7 @@ class ResponsesStream:
                 part.feed(data["delta"])
         elif kind in TERMINAL or kind == "response.output_text.done":
             self.settle()
-            self.done = b""
+            self._ended = True
 
 
 def _meaningful(data: dict[str, Any]) -> bool:
@@ -422,12 +437,12 @@ def _meaningful(data: dict[str, Any]) -> bool:
     return kind not in ("response.created", "response.in_progress") and not kind.endswith(".added")
 
 
-def new_stream(tools: ToolSet, hold_limit: int, previous: Any | None) -> ResponsesStream:
+def new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> ResponsesStream:
     prev = previous if isinstance(previous, ResponsesStream) else None
     return ResponsesStream(tools, hold_limit, prev)
 
 
-def error_event(error: SpillguardError, stream: Any) -> bytes:
+def error_event(error: SpillguardError, stream: Stream | None) -> bytes:
     """A Responses `error` event; the nested `error` object makes the openai SDK raise
     APIError with the code, from `responses.create(stream=True)` and `responses.stream`."""
     seq = stream.seq + 1 if isinstance(stream, ResponsesStream) else 0
@@ -443,4 +458,13 @@ def error_event(error: SpillguardError, stream: Any) -> bytes:
     return encode_event("error", _dumps(data))
 
 
-WIRE = Wire("input", inspect_reply, retry_body, new_stream, error_event)
+WIRE = Wire(
+    "responses",
+    "responses",
+    "input",
+    inspect_reply,
+    new_stream,
+    error_event,
+    retry_body,
+    item_from_string,
+)

@@ -8,8 +8,9 @@ identity encoding and decode gzip or deflate themselves if the upstream compress
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -39,7 +40,7 @@ HOP_BY_HOP = frozenset(
 def end_to_end(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> dict[str, str]:
     """Headers minus hop-by-hop ones, those named in Connection, and `drop`; names in lower
     case, repeated headers joined as HTTP allows (Set-Cookie values newline-separated, for
-    `server.respond` to send as separate lines)."""
+    `handlers.respond` to send as separate lines)."""
     named: set[str] = set()
     for value in _getall(headers, "connection"):
         named.update(t.strip().lower() for t in value.split(","))
@@ -83,14 +84,29 @@ def target_path(base_path: str, rest: str) -> str:
     return f"{base_path.rstrip('/')}/{rest}"
 
 
-class Reply:
-    """An upstream response being read; release it with `async with` or `close()`."""
+OnWait = Callable[[float], None]  # told the seconds of each wait on the upstream
 
-    def __init__(self, resp: aiohttp.ClientResponse, deadline: float, decode: bool) -> None:
+
+def _no_wait(seconds: float) -> None:
+    pass
+
+
+class Reply:
+    """An upstream response being read; release it with `async with` or `close()`. Every wait
+    for the body (`chunk`, `wait_chunk`, `read`) is reported to `on_wait`."""
+
+    def __init__(
+        self,
+        resp: aiohttp.ClientResponse,
+        deadline: float,
+        decode: bool,
+        on_wait: OnWait = _no_wait,
+    ) -> None:
         self.status = resp.status
         self.headers: CIMultiDictProxy[str] = resp.headers
         self._resp = resp
         self._deadline = deadline
+        self._on_wait = on_wait
         encoding = resp.headers.get("content-encoding", "").strip().lower()
         self.decoded = decode and encoding in ("gzip", "deflate", "x-gzip")
         self._zlib = zlib.decompressobj(47 if "gzip" in encoding else 15) if self.decoded else None
@@ -131,17 +147,39 @@ class Reply:
 
     async def chunk(self) -> bytes:
         """The next piece of the body; b"" at the end. The total deadline applies."""
+        since = time.perf_counter()
+        try:
+            return await self._chunk()
+        finally:
+            self._on_wait(time.perf_counter() - since)
+
+    async def wait_chunk(self, wait: float | None) -> bytes | None:
+        """Like `chunk`, but give up waiting after `wait` seconds and return None; the read
+        goes on and the next call picks it up."""
+        since = time.perf_counter()
+        try:
+            return await self._wait_chunk(wait)
+        finally:
+            self._on_wait(time.perf_counter() - since)
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body, under one total deadline (not one per read)."""
+        since = time.perf_counter()
+        try:
+            return await self._read(limit)
+        finally:
+            self._on_wait(time.perf_counter() - since)
+
+    async def _chunk(self) -> bytes:
         if self._pending is not None:
-            return await self.wait_chunk(None) or b""
+            return await self._wait_chunk(None) or b""
         try:
             async with asyncio.timeout_at(self._deadline):
                 return await self._read_raw()
         except TimeoutError as exc:
             raise UpstreamTimeout("Upstream exceeded the total deadline") from exc
 
-    async def wait_chunk(self, wait: float | None) -> bytes | None:
-        """Like `chunk`, but give up waiting after `wait` seconds and return None; the read
-        goes on and the next call picks it up."""
+    async def _wait_chunk(self, wait: float | None) -> bytes | None:
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._read_raw())
         loop = asyncio.get_running_loop()
@@ -161,8 +199,7 @@ class Reply:
         while data := await self.chunk():
             yield data
 
-    async def read(self, limit: int) -> bytes:
-        """The whole body, under one total deadline (not one per read)."""
+    async def _read(self, limit: int) -> bytes:
         parts, size = [], 0
         try:
             async with asyncio.timeout_at(self._deadline):
@@ -235,23 +272,26 @@ class Upstream:
         body: Any,
         *,
         decode: bool = False,
+        on_wait: OnWait = _no_wait,
     ) -> Reply:
-        """Send a request and return once the response headers are in."""
+        """Send a request and return once the response headers are in. `on_wait` is told how
+        long that took, and then every wait for the body."""
         assert self._session is not None, "Upstream.start() was not called"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.total_timeout
         send = CIMultiDict(headers)
         if decode:
             send["Accept-Encoding"] = "identity"
+        since = time.perf_counter()
         try:
             async with asyncio.timeout_at(deadline):
                 resp = await self._session.request(
                     method, url, headers=send, data=body, allow_redirects=False
                 )
-        except TimeoutError as exc:
-            raise UpstreamTimeout("Upstream did not answer in time") from exc
-        except aiohttp.ServerTimeoutError as exc:
+        except TimeoutError as exc:  # aiohttp's own timeouts are TimeoutError too
             raise UpstreamTimeout("Upstream did not answer in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamUnavailable(f"Upstream is unreachable: {type(exc).__name__}") from exc
-        return Reply(resp, deadline, decode)
+        finally:
+            on_wait(time.perf_counter() - since)
+        return Reply(resp, deadline, decode, on_wait)

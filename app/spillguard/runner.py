@@ -1,4 +1,5 @@
-"""Running the application: in the foreground for the CLI, in the background for demo and tests."""
+"""Running the application under uvicorn: in the foreground for the CLI, in the background for
+the demo and the tests. The application itself is built in `asgi.py`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import uvicorn
 from pydantic import SecretStr
 
-from .server import create_app
+from .asgi import create_app
 from .settings import Settings
 
 
@@ -39,7 +40,7 @@ def run(settings: Settings) -> None:
         # Each worker builds its own app from the environment: hand the settings over there.
         os.environ.update(settings_env(settings))
         uvicorn.run(
-            "spillguard.server:app_from_env",
+            "spillguard.asgi:app_from_env",
             factory=True,
             workers=settings.workers,
             **uvicorn_config(settings),

@@ -1,4 +1,4 @@
-"""ASGI middleware in front of the proxy routes: proxy keys and bounded concurrency.
+"""ASGI middleware in front of the proxy routes: header size, proxy keys, bounded concurrency.
 
 Pure ASGI (no BaseHTTPMiddleware), so a streamed response counts as in flight until it ends.
 """
@@ -41,7 +41,7 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return None
 
 
-class Guardrails:
+class Limits:
     """On /v1 routes: refuses oversized headers (431), requires a proxy key when configured
     (401), and answers 503 with retry-after past `max_concurrency` requests in flight."""
 

@@ -1,0 +1,54 @@
+"""When a streamed response may start: the policy, as a small pure state machine.
+
+Until the response has started (its status and headers sent), nothing is committed: a leak can
+still become a real HTTP 502, or a retry can replace the attempt whole. So output waits until it
+carries something the client will show or act on, or the upstream's stream ends, or it has been
+held so long that a keep-alive is due. Once started, every publishable byte goes out at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KEEPALIVE = b": keep-alive\n\n"
+
+
+@dataclass(frozen=True)
+class Send:
+    """Bytes for the client; `start` when the response head must go out before them."""
+
+    data: bytes
+    start: bool = False
+
+
+@dataclass
+class ResponseStart:
+    started: bool = False
+    _held: list[bytes] = field(default_factory=list)
+
+    def output(self, data: bytes, *, meaningful: bool, last: bool, leaking: bool) -> Send | None:
+        """An attempt's publishable output. `meaningful`: it carries something for the client;
+        `last`: the upstream's stream has ended; `leaking`: the attempt has a finding."""
+        if self.started:
+            return Send(data) if data else None
+        if leaking:  # dropped: the retry, or a real 502, replaces the attempt whole
+            return None
+        if meaningful or last:
+            return self._start(data)
+        self._held.append(data)
+        return None
+
+    def idle(self) -> Send:
+        """Nothing publishable for the keep-alive interval: start now and keep the connection
+        open. Only before the response has started."""
+        assert not self.started, "a started response needs no keep-alive from here"
+        return self._start(KEEPALIVE)
+
+    def next_attempt(self) -> None:
+        """A retry begins: what the last attempt held back is dropped (it leaked)."""
+        self._held.clear()
+
+    def _start(self, data: bytes) -> Send:
+        self.started = True
+        held, self._held = self._held, []
+        return Send(b"".join(held) + data, start=True)

@@ -1,0 +1,94 @@
+"""What a wire format supplies to the decision: its `Wire` record and the `Stream` it edits.
+
+Pure, like the modules that implement it (`chat.py`, `responses.py`): no event loop, no HTTP, no
+metrics or storage, so a wire can be tested by feeding it bytes. The decision in `proxy.py` talks
+to every wire through these two types only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .detect import Finding, ToolSet
+from .errors import SpillguardError
+from .rawjson import append_items
+from .sse import Event, Out
+
+
+class Stream(Protocol):
+    """One upstream SSE stream being edited for the client: events in, publishable bytes out."""
+
+    @property
+    def finding(self) -> Finding | None:
+        """The leak found so far (its family and name settle with `settle`)."""
+
+    @property
+    def certain(self) -> bool:
+        """A finding is certain: nothing more of this stream may reach the client."""
+
+    @property
+    def holding(self) -> int:
+        """Characters held back, for the hold limit."""
+
+    @property
+    def can_splice(self) -> bool:
+        """A retry may continue this client stream after it has published."""
+
+    @property
+    def ended(self) -> bool:
+        """The upstream has said its stream is over (after a finding: the leaking part is)."""
+
+    @property
+    def trailer(self) -> bytes:
+        """What closes the client's stream after `finish` (chat's held `[DONE]`), or b""."""
+
+    def feed(self, event: Event) -> list[Out]: ...
+
+    def finish(self) -> list[Out]:
+        """The upstream ended: settle what was held back, and return what may now go out."""
+
+    def settle(self) -> None:
+        """After a finding: settle its family and name from all the markup read. Idempotent."""
+
+    def leaked_text(self) -> str:
+        """The assistant turn as the model wrote it, for the retry."""
+
+
+@dataclass(frozen=True)
+class Wire:
+    """One API's shapes, as the decision needs them. A new wire is a module that builds one of
+    these, plus one line in `asgi.WIRES`."""
+
+    route: str  # the name in metrics and logs
+    path: str  # under /v1/
+    retry_key: str  # the top-level array a retry appends its two messages to
+    inspect_reply: Callable[[Any, ToolSet, int], tuple[Finding, str] | None]
+    new_stream: Callable[[ToolSet, int, Stream | None], Stream]
+    error_event: Callable[[SpillguardError, Stream | None], bytes]
+    # The parsed request with the retry's items appended, its own way; raises TypeError when
+    # the request has no place for them.
+    retry_body: Callable[[dict[str, Any], list[dict[str, Any]]], dict[str, Any]]
+    # The raw JSON of a `retry_key` value that is a string, as the raw JSON of the one item it
+    # stands for (Responses' `input` may be a string); None when only an array is valid.
+    item_from_string: Callable[[str], str] | None = None
+
+    def retry_request(
+        self, raw: bytes, body: dict[str, Any], leaked: str, correction: str
+    ) -> bytes:
+        """The request once more, with the leaked turn and the corrective instruction appended.
+
+        The two messages are spliced into the client's own bytes, so every other field reaches
+        the upstream as written. When that is not possible (the value is neither an array nor a
+        string the wire accepts), the parsed body is written out again instead. Raises
+        TypeError, ValueError or RecursionError when neither can be done: no retry."""
+        items = [
+            {"role": "assistant", "content": leaked},
+            {"role": "user", "content": correction},
+        ]
+        spliced = append_items(raw, self.retry_key, items, self.item_from_string)
+        if spliced is not None:
+            return spliced
+        return json.dumps(self.retry_body(body, items), allow_nan=False).encode()
