@@ -7,7 +7,6 @@ front of it, and the real `openai` SDK as the client, streamed and not. No netwo
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 import openai
@@ -66,12 +65,6 @@ def script(record: dict[str, Any]) -> Turn | Raw:
     question = body.get("messages", [{}])[0].get("content", "")
     first, second = SCENARIOS.get(question, (HONEST, HONEST))
     return first if attempt(record) == 1 else second
-
-
-@dataclass
-class Seen:
-    text: str
-    calls: int = 0
 
 
 def _short(text: str, width: int = 46) -> str:

@@ -36,7 +36,6 @@ class SSEDecoder:
         self._event_start = 0  # start in _buf of the event being assembled
         self._data: list[bytes] = []
         self._name: bytes | None = None
-        self._fields = False  # the event so far has a data or event field
         self._strip = False  # the event has id: or retry: lines to drop
         self._max_event = max_event
 
@@ -97,10 +96,8 @@ class SSEDecoder:
             value = value[1:]
         if name == b"data":
             self._data.append(value)
-            self._fields = True
         elif name == b"event":
             self._name = value
-            self._fields = True
         elif name in (b"id", b"retry"):
             self._strip = True
 
@@ -113,7 +110,7 @@ class SSEDecoder:
             raw = b"".join(
                 line for line in raw.splitlines(keepends=True) if not line.startswith(_DROPPED)
             )
-        self._data, self._name, self._fields, self._strip = [], None, False, False
+        self._data, self._name, self._strip = [], None, False
         return Event(raw=raw, data=data, event=name)
 
 
