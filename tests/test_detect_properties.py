@@ -106,7 +106,7 @@ MARKER_PIECES = [
 ]
 LAYOUT_PIECES = [
     '"""',
-    "\'\'\'",
+    "'''",
     "::\n",
     ".. code-block:: xml\n",
     '"',

@@ -35,7 +35,12 @@ BAR = r"(?:\\?[|｜‖]){1,2}"  # | or ｜ or ‖, doubled, or Markdown-escaped
 SEP = r"\\?[_▁ ]"  # between words: _ or ▁ or a space, maybe escaped
 NAME = r"[A-Za-z_][\w.\-]{0,127}"
 QNAME = r'[^"<>\n]{1,128}'  # a quoted name; may hold spaces
-JSON_NAME = r'\s{0,8}\{\s{0,8}"(?:name|function)"\s{0,8}:\s{0,8}"(?P<%s>[^"\n]{1,128})"'
+JSON_NAME = r'\s{0,24}\{\s{0,24}"(?:name|function)"\s{0,8}:\s{0,8}"(?P<%s>[^"\n]{1,128})"'
+# The same object with its arguments first: `{"arguments": {...}, "name": "x"}`.
+JSON_NAME_LAST = (
+    r'\s{0,24}\{\s{0,24}"arguments"\s{0,8}:[^\n]{0,300}?'
+    r'"name"\s{0,8}:\s{0,8}"(?P<%s>[^"\n]{1,128})"'
+)
 RECIPIENT = r"[a-z]{1,20} to=functions\."
 
 
@@ -63,6 +68,7 @@ class Spelling:
     scope: Scope = Scope.ANYWHERE
     declared: bool = False  # a captured name must be one the request declared
     glued_to: tuple[str, ...] = ()  # mid-line only right after one of these words
+    after_closer: bool = False  # only right after a reasoning closer
     kind: Kind = Kind.CALL
 
 
@@ -85,8 +91,17 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling("harmony", "<" + BAR + "channel" + BAR + ">(?:commentary|" + RECIPIENT + ")"),
     Spelling(
         "harmony",
-        "<" + BAR + "start" + BAR + ">assistant(?: to=functions\\.|<" + BAR + "channel" + BAR
-        + ">(?:commentary|" + RECIPIENT + "))",
+        "<"
+        + BAR
+        + "start"
+        + BAR
+        + ">assistant(?: to=functions\\.|<"
+        + BAR
+        + "channel"
+        + BAR
+        + ">(?:commentary|"
+        + RECIPIENT
+        + "))",
     ),
     Spelling("harmony", r" to=functions\.[A-Za-z_]"),
     Spelling("mistral", r"\\?\[TOOL" + SEP + r"CALLS\\?\]", S),
@@ -96,11 +111,9 @@ SPELLINGS: tuple[Spelling, ...] = (
         r"[ \t]{0,4}(?:\\?\[(?:ARGS|CALL" + SEP + r"ID)\\?\]|\{))",
         M,
     ),
-    Spelling("llama", tok("python", "start")),
+    Spelling("pythonic", tok("python", "start")),  # Llama 4's wrapper of the pythonic list
     Spelling("gigachat", tok("function", "call")),
-    Spelling(
-        "gigachat", tok("message", "sep") + r"\s{0,4}function[ _]call<" + BAR + "role" + SEP
-    ),
+    Spelling("gigachat", tok("message", "sep") + r"\s{0,4}function[ _]call<" + BAR + "role" + SEP),
     Spelling("gigachat", "function[ _]call<" + BAR + "role" + SEP + "sep" + BAR + ">", S),
     Spelling("apertus", tok("tools", "prefix")),
     Spelling("command_r", tok("START", "ACTION")),
@@ -120,9 +133,13 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling(
         "hermes",
         _names(
-            "<tool_call>(?:" + JSON_NAME + r'|\s{0,8}<function="?(?P<%s>[^">\n]{1,128})"?>'
+            "<tool_call>(?:"
+            + JSON_NAME
+            + "|"
+            + JSON_NAME_LAST
+            + r'|\s{0,8}<function="?(?P<%s>[^">\n]{1,128})"?>'
             r"|\s{0,8}(?P<%s>" + NAME + r")\s{0,8}(?:<arg_key>|</tool_call>))",
-            3,
+            4,
         ),
         M,
         declared=True,
@@ -135,9 +152,7 @@ SPELLINGS: tuple[Spelling, ...] = (
         declared=True,
     ),
     Spelling("qwen3_coder", "<function=", S),
-    Spelling(
-        "qwen3_coder", _names(r'<function="?(?P<%s>[^">\n]{1,128})"?>', 1), M, declared=True
-    ),
+    Spelling("qwen3_coder", _names(r'<function="?(?P<%s>[^">\n]{1,128})"?>', 1), M, declared=True),
     Spelling(
         "minicpm",
         _names(r'<function\s{1,4}name="(?P<%s>' + QNAME + r')"\s{0,4}>', 1),
@@ -149,6 +164,16 @@ SPELLINGS: tuple[Spelling, ...] = (
     ),
     Spelling(
         "claude_xml",
+        _names(
+            r'<invoke\s{1,4}name="(?P<%s>' + QNAME + r')"\s{0,4}>\s{0,8}'
+            r'(?:<parameter\s{1,4}name="|</invoke>)',
+            1,
+        ),
+        M,
+        declared=True,
+    ),
+    Spelling(
+        "claude_xml",
         _names(r'<invoke\s{1,4}name="(?P<%s>' + QNAME + ')"', 1),
         M,
         declared=True,
@@ -157,8 +182,11 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling(
         "olmo",  # refined to claude_xml when an <invoke> follows
         _names(
-            r'<function_calls>\s{0,8}(?:<invoke\s{1,4}name="(?P<%s>' + QNAME + r')"|(?P<%s>'
-            + NAME + r")\()",
+            r'<function_calls>\s{0,8}(?:<invoke\s{1,4}name="(?P<%s>'
+            + QNAME
+            + r')"|(?P<%s>'
+            + NAME
+            + r")\()",
             2,
         ),
         A,
@@ -169,25 +197,39 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling("llama", tok("python", "tag"), S),
     Spelling("llama", _names(tok("python", "tag") + JSON_NAME, 1), M, declared=True),
     Spelling("functools", r"functools\[", S),
-    Spelling("tool_calls_tag", "<tool" + SEP + "calls>", S),
+    Spelling("functools", _names(r"functools\[" + JSON_NAME, 1), M, declared=True),
     Spelling(
-        "tool_calls_tag", _names(r"<tool_calls>\s{0,8}\[?" + JSON_NAME, 1), M, declared=True
+        "kimi",  # both openers lost: the call id starts the markup
+        r"(?:functions\.)?" + NAME + r":\d{1,4}" + tok("tool", "call", "argument", "begin"),
+        S,
     ),
+    Spelling(
+        "hermes",  # the opener lost after reasoning: `</think>{"name": ...}</tool_call>`
+        _names(JSON_NAME, 1),
+        S,
+        declared=True,
+        after_closer=True,
+    ),
+    Spelling("tool_calls_tag", "<tool" + SEP + "calls>", S),
+    Spelling("tool_calls_tag", _names(r"<tool_calls>\s{0,8}\[?" + JSON_NAME, 1), M, declared=True),
     Spelling("nemotron", "<TOOLCALL>", S),
     Spelling("nemotron", _names(r"<TOOLCALL>\s{0,8}\[?" + JSON_NAME, 1), M, declared=True),
     Spelling(
         "command_r",  # older Command R+: a line "Action:" then a fenced JSON list
         _names(
-            r"Action:[ \t]{0,4}\r?\n[ \t]{0,4}```(?:json)?[ \t]{0,4}\r?\n\s{0,8}\[\s{0,8}\{"
-            r'\s{0,8}"tool_name"\s{0,8}:\s{0,8}"(?P<%s>[^"\n]{1,128})"',
+            r"Action:[ \t]{0,4}(?:\r?\n[ \t]{0,4})?```(?:json)?[ \t]{0,4}\r?\n\s{0,24}\[\s{0,24}"
+            r'\{\s{0,24}"tool_name"\s{0,8}:\s{0,8}"(?P<%s>[^"\n]{1,128})"',
             1,
         ),
         S,
         declared=True,
     ),
     # ---- not calls: reasoning closers, HTML code ---------------------------------------------
-    Spelling("", r"</think>|\[/THINK\]|" + tok("END", "THINKING") + r"|</mm:think>|◁/think▷",
-             kind=Kind.CLOSER),
+    Spelling(
+        "",
+        r"</think>|\[/THINK\]|" + tok("END", "THINKING") + r"|</mm:think>|◁/think▷",
+        kind=Kind.CLOSER,
+    ),
     Spelling("", r"<(?:pre|code)(?=[\s>])", kind=Kind.HTML_CODE),
 )
 
@@ -216,10 +258,15 @@ IN_SCOPE = {
 }
 
 
+def spelling_index(match: re.Match[str] | regex.Match[str]) -> int:
+    """Which spelling a match of one of the alternations above found."""
+    return int((match.lastgroup or "s0")[1:])
+
+
 def spelling_of(match: re.Match[str] | regex.Match[str]) -> tuple[Spelling, str | None]:
     """The spelling a match of AT_START/AT_MID found, and the tool name it captured."""
     group = match.lastgroup or ""
-    spelling = SPELLINGS[int(group[1:])]
+    spelling = SPELLINGS[spelling_index(match)]
     for key, value in match.groupdict().items():
         if value is not None and key.startswith(group + "n"):
             return spelling, value.strip()
@@ -234,7 +281,7 @@ _NAME_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"to=functions\.(" + NAME + ")"),  # harmony
     re.compile(r"functions\.(" + NAME + r")(?::\d{1,6})?"),  # Kimi
     re.compile(r"tool[_ ]call[_ ]begin\|>\s{0,8}(" + NAME + r"):\d{1,6}"),  # Kimi, bare id
-    re.compile(r"<(?:\|DSML\|)?invoke\s{1,8}name=\"([^\"<>]{1,128})\""),  # DSML, MiniMax, Claude
+    re.compile(r"(?:\|DSML?\|\s{0,4}|<)invoke\s{1,8}name=\"([^\"<>]{1,128})\""),  # DSML, Claude
     re.compile(r"function_call\s{1,8}name=\"([^\"<>]{1,128})\""),  # xAI
     re.compile(r"<function\s{1,8}name=\"([^\"<>]{1,128})\""),  # MiniCPM
     re.compile(r"<function=\"?([^\">\n]{1,128})\"?>"),  # Qwen3-Coder, Seed
@@ -248,7 +295,9 @@ _NAME_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"<function_calls>\s{0,8}(" + NAME + r")\("),  # OLMo 3
     re.compile(r"\"(?:name|tool|tool_name)\"\s{0,8}:\s{0,8}\"([^\"]{1,128})\""),  # JSON bodies
     re.compile(r"<tool_call>\s{0,8}(" + NAME + r")\s{0,8}(?:<arg_key>|\n|$)"),  # GLM
-    re.compile(r"\|DSML\|\s{0,8}(?!invoke|parameter|function_calls|tool_calls|calls)(" + NAME + ")"),
+    re.compile(
+        r"\|DSML\|\s{0,8}(?!invoke|parameter|function_calls|tool_calls|calls)(" + NAME + ")"
+    ),
     re.compile(r"\[\s{0,8}(" + NAME + r")\("),  # pythonic, LFM2
 )
 

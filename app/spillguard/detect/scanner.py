@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+import regex
+
 from . import markers
 from .blob import BlobProbe, classify
 from .markers import MAX_HEAD, Kind, Scope
@@ -47,8 +49,14 @@ _EVENT = re.compile(
     r"(?P<fence>^ {0,3}(?:(?:[-*+]|\d{1,9}[.)])[ \t]{1,4})?(?:`{3,}|~{3,}))"
     r"|(?P<directive>^[ \t]{0,16}\.\.[ \t]{1,4}[\w-]{1,40}::)"
     r"|(?P<indent>^ {1,3}\Z)"
+    # A line start that may still become a fence opener or a directive: wait for more.
+    r"|(?P<wait_head>^ {0,3}(?:[-*+]|\d{1,9}[.)]?)?[ \t]{0,4}[`~]{0,2}\Z"
+    r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z)"
     r"|(?P<start>^ {0,3}(?=[fA|｜‖]))"
-    r"|(?P<cand>[<\[\]◁]|\\(?=[<\[]|\Z)| (?=to=functions\.|(?:" + _prefixes("to=functions.") + r")\Z))"
+    r"|(?P<cand>[<\[\]◁]|\\(?=[<\[]|\Z)| (?=to=functions\.|(?:"
+    + _prefixes("to=functions.")
+    + r")\Z)"
+    r"|(?<!\w)f(?=unctools\[|(?:" + _prefixes("unctools[") + r")\Z))"
     r"|(?P<tick>`+)"
     r"|(?P<rst>::[ \t]{0,16}(?=\r?\n))"
     r"|(?P<triple>\"\"\"|''')"
@@ -58,7 +66,7 @@ _EVENT = re.compile(
 # Inside a fence: a line that may close it (or a blank one, or the unfinished last line).
 _FENCE_LINE = re.compile(r"^[ \t]{0,64}(?:([`~]{1,64})[ \t]{0,64}\r?)?(?:\n|\Z)", re.M)
 # Inside a reST literal block of indentation K: the first line that ends it.
-_RST_END = tuple(re.compile(r"^ {0,%d}[^ \t\r\n]" % k, re.M) for k in range(33))
+_RST_END = tuple(re.compile(rf"^ {{0,{k}}}[^ \t\r\n]", re.M) for k in range(33))
 _HTML_CLOSE = re.compile(r"</(?:pre|code)[ \t]{0,8}>", re.I)
 
 
@@ -70,7 +78,16 @@ class _Block(Enum):
     HTML = "html"
 
 
-_HOLD = -1  # a step's answer: stop here, the text from here on is undecided
+@dataclass(frozen=True)
+class _Opened:
+    """A spelling that opens at some place: what it is, the name it captured, where it ends."""
+
+    spelling: markers.Spelling
+    name: str | None
+    end: int
+
+
+_UNDECIDED = "undecided"  # a spelling may still open here: the text from here on is held
 
 
 @dataclass(frozen=True)
@@ -100,7 +117,11 @@ class Scanner:
         self._tools = tools
         self._field = field
         self._markup_limit = markup_limit
+        self._hold_limit = hold_limit
         self._probe = BlobProbe(tools, hold_limit) if blobs else None
+        # Reasoning left in the content: after its first closer, the rest may be one blob.
+        self._after_probe: BlobProbe | None = None
+        self._after_from = -1
         self._pending: list[str] = []  # received but not yet published
         self._pending_len = 0
         self._published = 0  # absolute offset of the first unpublished character
@@ -121,6 +142,7 @@ class Scanner:
         self._triple = ""
         self._code: tuple[int, int] | None = None  # (line start, backtick run) of a code span
         self._after_closer = -1  # where the text after a reasoning closer starts
+        self._closer_next = False  # the text right after a closer is still to be judged
         self._markup: list[str] = []
         self._markup_len = 0
         self._marker_family: str | None = None
@@ -151,9 +173,14 @@ class Scanner:
         self._pending.append(text)
         self._pending_len += len(text)
         self._tail += text
+        fresh = self._after_probe is None
         self._judge(final=False)
-        if self._probe is not None and self._probe.alive and self._marker_family is None:
-            self._probe.feed(text)
+        if self._marker_family is None:
+            if self._probe is not None and self._probe.alive:
+                self._probe.feed(text)
+            if self._after_probe is not None and self._after_probe.alive:
+                after = "".join(self._pending)[self._after_from - self._published :]
+                self._after_probe.feed(after if fresh else text)
         return self._release()
 
     def finish(self) -> str:
@@ -170,14 +197,15 @@ class Scanner:
             self.finding = Finding(family, name, self._marker_start, self._field, markup)
             return self._release()
         self._held = False
-        if self._probe is not None and self._probe.alive:
-            whole = "".join(self._pending)
-            verdict = classify(whole, self._tools)
-            if verdict is not None:
-                excerpt = whole[: self._markup_limit]
-                self.finding = Finding(verdict[0], verdict[1], 0, self._field, excerpt)
-                return ""
-            self._probe.alive = False
+        for probe, start in ((self._probe, 0), (self._after_probe, self._after_from)):
+            if probe is not None and probe.alive:
+                probe.alive = False
+                rest = "".join(self._pending)[start - self._published :]
+                verdict = classify(rest, self._tools)
+                if verdict is not None:
+                    excerpt = rest[: self._markup_limit]
+                    self.finding = Finding(verdict[0], verdict[1], start, self._field, excerpt)
+                    return self._release_to(start)
         return self._release()
 
     # ---- publishing --------------------------------------------------------------------------
@@ -187,10 +215,15 @@ class Scanner:
             return 0
         if self._marker_family is not None:
             return self._marker_start
-        return self._pos if self._held else self._seen
+        safe = self._pos if self._held else self._seen
+        if self._after_probe is not None and self._after_probe.alive:
+            return min(safe, self._after_from)
+        return safe
 
     def _release(self) -> str:
-        safe = self._safe()
+        return self._release_to(self._safe())
+
+    def _release_to(self, safe: int) -> str:
         if safe <= self._published:
             return ""
         cut = safe - self._published
@@ -205,8 +238,9 @@ class Scanner:
 
     def _found_marker(self, start: int, family: str) -> None:
         self._marker_family, self._marker_start = family, start
-        if self._probe is not None:
-            self._probe.alive = False  # markup decides; the text before it is prose
+        for probe in (self._probe, self._after_probe):
+            if probe is not None:
+                probe.alive = False  # markup decides; the text before it is prose
         self.finding = Finding(family, None, start, self._field)  # refined by finish()
         joined = "".join(self._pending)
         self._keep_markup(joined[start - self._published :])
@@ -275,6 +309,17 @@ class Scanner:
     def _text(self, t: str, i: int, final: bool) -> int:
         if self._opening is not None:
             return self._opener_line(t, i, final)
+        if self._closer_next:  # right after a closer, whatever its first character
+            k = i
+            while k < len(t) and k - i < 3 and t[k] == " ":
+                k += 1
+            if k == len(t) and not final:
+                return self._stop(i, held=False)
+            if k < len(t) and (t[k].isalnum() or t[k] in "_{|｜‖"):
+                after = self._candidate(t, k, final, at_start=False)
+                self._closer_next = after < 0 and self._held  # still undecided
+                return after
+            self._closer_next = False
         m = _EVENT.search(t, i)
         newline = t.find("\n", i) if self._rst_next >= 0 else -1
         if newline >= 0 and (m is None or m.start() > newline):
@@ -289,11 +334,13 @@ class Scanner:
             return self._candidate(t, m.end(), final, at_start=True)
         if kind == "indent":
             return len(t) if final else self._stop(j, held=True)
-        if kind == "wait":
+        if kind in ("wait", "wait_head"):
             return len(t) if final else self._stop(j, held=False)
         if kind == "tick":
             return self._backticks(t, j, m.end(), final)
         if kind == "fence":
+            if m.end() == len(t) and not final:  # the run may go on
+                return self._stop(j, held=False)
             run = m.group().lstrip(" -*+.)0123456789\t")
             self._opening, self._opening_ok = (run[0], len(run)), True
             return m.end()
@@ -347,44 +394,53 @@ class Scanner:
         gap = at - self._after_closer
         after_closer = 0 <= gap <= 3 and not t[max(0, j - gap) : j].strip(" ")
         scope = Scope.START if line_start or after_closer else Scope.MID
-        match = self._match(t, j, scope, final)
-        if match is None:
+        opened = self._opens(t, j, scope, final)
+        if opened is None:
             return j + 1
-        if match is _HOLD:  # from the line start: a finding there starts at the line start
+        if opened == _UNDECIDED:  # from the line start: a finding there starts at the line start
             return self._stop(j - (at - start) if line_start else j, held=True)
-        spelling, name = markers.spelling_of(match)
+        assert isinstance(opened, _Opened)
+        spelling, name = opened.spelling, opened.name
         if spelling.kind is Kind.CLOSER:
-            self._after_closer = self._abs(match.end())
-            return match.end()
+            self._after_closer, self._closer_next = self._abs(opened.end), True
+            if self._probe is not None and self._after_probe is None:
+                self._after_probe = BlobProbe(self._tools, self._hold_limit)
+                self._after_from = self._after_closer
+            return opened.end
         if spelling.kind is Kind.HTML_CODE:
             self._block = _Block.HTML
-            return match.end()
+            return opened.end
         if spelling.declared and name not in self._tools.names:
+            return j + 1
+        if spelling.after_closer and not after_closer:
             return j + 1
         if spelling.glued_to and not t[max(0, j - 5) : j].lower().endswith(spelling.glued_to):
             return j + 1
         self._found_marker(start if line_start else at, spelling.family)
         return len(t)
 
-    def _match(self, t: str, j: int, scope: Scope, final: bool):  # type: ignore[no-untyped-def]
-        """The spelling that opens at `j`, None when none can, or _HOLD while one still could."""
+    def _opens(self, t: str, j: int, scope: Scope, final: bool) -> _Opened | str | None:
+        """The spelling that opens at `j`, None when none can, or _UNDECIDED while one could."""
         end = min(len(t), j + MAX_HEAD)
+        match: re.Match[str] | regex.Match[str] | None
         if final or end < len(t):  # the text that decides is all there
-            return (markers.AT_START if scope is Scope.START else markers.AT_MID).match(t, j, end)
-        partial = markers.PARTIAL_AT_START if scope is Scope.START else markers.PARTIAL_AT_MID
-        match = partial.match(t, j, end, partial=True)
+            match = (markers.AT_START if scope is Scope.START else markers.AT_MID).match(t, j, end)
+        else:
+            partial = markers.PARTIAL_AT_START if scope is Scope.START else markers.PARTIAL_AT_MID
+            match = partial.match(t, j, end, partial=True)
+            if match is not None and match.partial:
+                return _UNDECIDED
+            if match is not None:
+                chosen = markers.spelling_index(match)
+                for index in markers.IN_SCOPE[scope]:
+                    if index >= chosen:
+                        break
+                    if markers.PARTIAL_EACH[index].match(t, j, end, partial=True) is not None:
+                        return _UNDECIDED
         if match is None:
             return None
-        if match.partial:
-            return _HOLD
-        chosen = int((match.lastgroup or "s0")[1:])
-        for index in markers.IN_SCOPE[scope]:
-            if index >= chosen:
-                break
-            earlier = markers.PARTIAL_EACH[index].match(t, j, end, partial=True)
-            if earlier is not None:
-                return _HOLD
-        return match
+        spelling, name = markers.spelling_of(match)
+        return _Opened(spelling, name, match.end())
 
     # ---- blocks whose text is only shown ---------------------------------------------------------
 
