@@ -258,7 +258,7 @@ FAMILIES = [
     ),
     pytest.param(
         "<|python_start|>[get_weather(city='Hanoi')]<|python_end|>",
-        "llama",
+        "pythonic",
         "get_weather",
         id="llama4-python-start",
     ),
@@ -390,8 +390,38 @@ def test_family_in_quote_is_left_alone(markup: str, family: str, name: str) -> N
     assert whole(text) == (text, None)
 
 
-@pytest.mark.parametrize(("markup", "family", "name"), FAMILIES)
-def test_family_mid_sentence_is_left_alone(markup: str, family: str, name: str) -> None:
+# Generic tags whose first line carries no declared call body: mid-sentence they are prose.
+MID_LINE_PROSE = {
+    "hermes-json",
+    "qwen3-coder-wrapped",
+    "qwen3-coder-quoted-name-wrapped",
+    "glm-newline",
+}
+
+
+@pytest.mark.parametrize(
+    ("markup", "family", "name"), [p for p in FAMILIES if p.id not in MID_LINE_PROSE]
+)
+def test_family_glued_mid_sentence_counts_from_its_marker(
+    markup: str, family: str, name: str
+) -> None:
+    """Distinctive tokens count anywhere in a line; generic tags count mid-line when a call body
+    naming a declared tool follows. The prose before the marker stays published."""
+    first_line = markup.split("\n", 1)[0]
+    prose = "When the parser is off, the model writes"
+    text = f"{prose} {first_line} as plain text."
+    found = inspect_text(text, TOOLS)
+    assert found is not None
+    assert (found.family, found.start) == (family, len(prose) + 1)
+    assert whole(text)[0] == text[: len(prose) + 1]
+
+
+@pytest.mark.parametrize(
+    ("markup", "family", "name"), [p for p in FAMILIES if p.id in MID_LINE_PROSE]
+)
+def test_generic_tag_mid_sentence_without_a_declared_body_is_prose(
+    markup: str, family: str, name: str
+) -> None:
     first_line = markup.split("\n", 1)[0]
     text = f"When the parser is off, the model writes {first_line} as plain text."
     assert whole(text) == (text, None)

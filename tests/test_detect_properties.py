@@ -66,6 +66,31 @@ MARKER_PIECES = [
     "<function=",
     "<|tool_calls_section_begin|>",
     "<|tool_call_begin|>functions.",
+    "<|tool_call>",
+    "call:get_weather{",
+    "<|channel|>commentary",
+    "<|channel|>final<|message|>",
+    "<|channel|>analysis",
+    "<|message|>",
+    "]<]minimax[>[",
+    "<|DSML|",
+    "|DSML|invoke",
+    "‖",
+    "count",
+    '<invoke name="get_weather">',
+    '<tool_call>{"name": "get_weather"',
+    '{"name": "get_weather"',
+    "<function=get_weather>",
+    "</think>",
+    "[/THINK]",
+    "<|END_THINKING|>",
+    "◁/think▷",
+    "<pre>",
+    "</pre>",
+    "<code>",
+    "Action:",
+    "<|function_call|>",
+    "<|tool_call_argument_begin|>",
     "<｜",
     "｜>",
     "｜",
@@ -80,6 +105,11 @@ MARKER_PIECES = [
     "func",
 ]
 LAYOUT_PIECES = [
+    '"""',
+    "'''",
+    "::\n",
+    ".. code-block:: xml\n",
+    '"',
     "\n",
     "\n",
     "\n\n",
@@ -247,9 +277,8 @@ def test_finding_never_publishes_markup(case: tuple[str, list[str]], tools: obje
     for way in (chunks, [text]):
         published, finding = run(way, tools)
         if finding is not None:
-            assert finding.start == 0 or text[finding.start - 1] == "\n"
             assert finding.excerpt == text[finding.start :][:DEFAULT_MARKUP_LIMIT]
-            # What is published is prose before the markup's line, never a character of it.
+            # What is published is prose before the markup, never a character of it.
             assert text[: finding.start].startswith(published)
 
 

@@ -422,4 +422,5 @@ def classify(text: str, tools: ToolSet) -> tuple[str, str] | None:
         name = _calls_name(values[0], tools)
     else:
         name = _calls_name(values, tools)
-    return ("json", name) if name else None
+    family = "llama" if len(values) > 1 else "json"  # several joined by `;`: Llama 3.x
+    return (family, name) if name else None

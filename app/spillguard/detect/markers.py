@@ -1,119 +1,304 @@
-"""The control spellings that open a leaked tool call, and how to read a name out of one.
+"""The spellings that open a leaked tool call, where each may stand, and how to read a name.
 
-Markers are compared after `canon`, which folds the spelling drift seen in the wild onto one
-form: fullwidth bars become ASCII, runs of bars collapse, backslashes (Markdown escapes) vanish,
-and `▁` or a space stands for `_`. `canon` is prefix-monotone (the canon of a prefix is a prefix
-of the canon of the whole), which is what lets a stream decide on partial lines exactly as the
-whole text would.
+Each `Spelling` is a drift-tolerant pattern (fullwidth, ASCII, doubled or `‖` bars; `▁`, `_` or
+a space between words; Markdown backslash escapes) with a scope:
+
+* DISTINCTIVE special tokens (DeepSeek's, DSML, Kimi's, Gemma's `<|tool_call>`, harmony's
+  `<|channel|>commentary` and ` to=functions.`, `[TOOL_CALLS]`, MiniMax, xAI, ...) count
+  anywhere in a line: real documentation puts them in backticks, fences or quotes, and chat
+  templates glue them to the answer's last sentence.
+* GENERIC tags that ordinary text and code use too (`<tool_call>`, `<function=`, `<invoke`,
+  `<tools>`, `<|python_tag|>`, `functools[`, ...) count at the start of a line, and mid-line
+  only when a well-formed call body naming a DECLARED tool follows them.
+* Reasoning closers (`</think>`, `[/THINK]`, ...) are no call; what follows one is judged as the
+  start of a line. `<pre>`/`<code>` open HTML code, which is never judged.
+
+Some spellings carry a body that must follow (harmony's channel must be `commentary` or carry a
+recipient; `<|channel|>final<|message|>` is leaked framing, not a call). The scanner matches
+these patterns with partial matching, so a stream holds exactly the tail that could still
+become one and releases it at the first character that rules it out.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from enum import Enum
 
-# Longest raw line head that can still spell a marker, drift included; heads are judged on this
-# many characters at most so that any chunking gives the same verdict.
-MAX_HEAD = 64
+import regex
 
-# canonical marker -> family. Order matters only for readability; matching is by prefix.
-MARKERS: dict[str, str] = {
-    # DeepSeek V3 / R1 / V3.1 native tokens (the inner opener too: streams drop outer ones).
-    "<|tool_calls_begin|>": "deepseek",
-    "<|tool_call_begin|>": "deepseek",  # also Kimi's inner opener; refined by the body
-    # DeepSeek V3.2 / V4 DSML, and an orphan invoke whose wrapper was dropped.
-    "<|DSML|function_calls>": "dsml",
-    "<|DSML|tool_calls>": "dsml",
-    "<|DSML|invoke": "dsml",
-    # Hermes / Qwen2.5 / Qwen3 / ERNIE JSON, Qwen3-Coder XML, GLM: refined by the body.
-    "<tool_call>": "hermes",
-    "<function=": "qwen3_coder",
-    # Kimi K2 sections (plural and singular).
-    "<|tool_calls_section_begin|>": "kimi",
-    "<|tool_call_section_begin|>": "kimi",
-    # Mistral, both generations.
-    "[TOOL_CALLS]": "mistral",
-    # Llama 3.x JSON and Llama 4 pythonic wrappers.
-    "<|python_tag|>": "llama",
-    "<|python_start|>": "llama",
-    # gpt-oss harmony.
-    "<|channel|>": "harmony",
-    "<|start|>assistant": "harmony",
-    # xAI Grok code models.
-    "<xai:function_call": "xai",
-    # Granite 3.0.
-    "<|tool_call|>": "granite",
-    # Phi-4-mini / Firefunction.
-    "functools[": "functools",
-    # MiniMax-M2.
-    "<minimax:tool_call>": "minimax",
-    # Jamba, Hunyuan, MiniMax-M1.
-    "<tool_calls>": "tool_calls_tag",
-    # InternLM2.
-    "<|action_start|>": "internlm",
-    # Seed-OSS, Longcat, Nemotron, Command-R7B.
-    "<seed:tool_call>": "seed",
-    "<longcat_tool_call>": "longcat",
-    "<TOOLCALL>": "nemotron",
-    "<|START_ACTION|>": "command_r",
+# The most raw text one judgment reads: every pattern below matches less than this.
+MAX_HEAD = 512
+NAME_WINDOW = 4096
+
+BAR = r"(?:\\?[|｜‖]){1,2}"  # | or ｜ or ‖, doubled, or Markdown-escaped
+SEP = r"\\?[_▁ ]"  # between words: _ or ▁ or a space, maybe escaped
+NAME = r"[A-Za-z_][\w.\-]{0,127}"
+QNAME = r'[^"<>\n]{1,128}'  # a quoted name; may hold spaces
+JSON_NAME = r'\s{0,24}\{\s{0,24}"(?:name|function)"\s{0,8}:\s{0,8}"(?P<%s>[^"\n]{1,128})"'
+# The same object with its arguments first: `{"arguments": {...}, "name": "x"}`.
+JSON_NAME_LAST = (
+    r'\s{0,24}\{\s{0,24}"arguments"\s{0,8}:[^\n]{0,300}?'
+    r'"name"\s{0,8}:\s{0,8}"(?P<%s>[^"\n]{1,128})"'
+)
+RECIPIENT = r"[a-z]{1,20} to=functions\."
+
+
+def tok(*words: str) -> str:
+    """A bar-framed special token such as <｜tool▁calls▁begin｜>."""
+    return "<" + BAR + SEP.join(words) + BAR + ">"
+
+
+class Kind(Enum):
+    CALL = "call"
+    CLOSER = "closer"  # reasoning ends here: a new line starts for the judge
+    HTML_CODE = "html_code"  # <pre> or <code>: never judged until closed
+
+
+class Scope(Enum):
+    ANYWHERE = "anywhere"
+    START = "start"  # at a line start (up to three spaces in), or right after a closer
+    MID = "mid"  # anywhere but a line start
+
+
+@dataclass(frozen=True)
+class Spelling:
+    family: str
+    pattern: str  # a regular expression; named groups n0, n1, ... capture tool names
+    scope: Scope = Scope.ANYWHERE
+    declared: bool = False  # a captured name must be one the request declared
+    glued_to: tuple[str, ...] = ()  # mid-line only right after one of these words
+    after_closer: bool = False  # only right after a reasoning closer
+    kind: Kind = Kind.CALL
+
+
+def _names(pattern: str, count: int) -> str:
+    return pattern % tuple(f"n{i}" for i in range(count))
+
+
+S, A, M = Scope.START, Scope.ANYWHERE, Scope.MID
+SPELLINGS: tuple[Spelling, ...] = (
+    # ---- distinctive special tokens: anywhere ----------------------------------------------
+    Spelling("deepseek", tok("tool", "calls", "begin")),
+    Spelling("deepseek", tok("tool", "call", "begin")),  # also Kimi's inner opener: refined
+    Spelling("kimi", tok("tool", "calls?", "section", "begin")),
+    Spelling("kimi", tok("tool", "call", "argument", "begin")),  # the section opener lost
+    Spelling("dsml", r"</?" + BAR + r"DSML?" + BAR),
+    Spelling("dsml", BAR + r"DSML?" + BAR + r"(?:invoke|parameter|function|tool|calls)", S),
+    Spelling("gemma", "<" + BAR + "tool" + SEP + "call>"),
+    Spelling("granite", tok("tool", "call")),
+    Spelling("lfm2", tok("tool", "call", "start")),
+    Spelling("harmony", "<" + BAR + "channel" + BAR + ">(?:commentary|" + RECIPIENT + ")"),
+    Spelling(
+        "harmony",
+        "<"
+        + BAR
+        + "start"
+        + BAR
+        + ">assistant(?: to=functions\\.|<"
+        + BAR
+        + "channel"
+        + BAR
+        + ">(?:commentary|"
+        + RECIPIENT
+        + "))",
+    ),
+    Spelling("harmony", r" to=functions\.[A-Za-z_]"),
+    Spelling("mistral", r"\\?\[TOOL" + SEP + r"CALLS\\?\]", S),
+    Spelling(
+        "mistral",
+        r"\\?\[TOOL" + SEP + r"CALLS\\?\][ \t]{0,4}(?:[\[{]|[A-Za-z_\\][\w.\-\\]{0,127}"
+        r"[ \t]{0,4}(?:\\?\[(?:ARGS|CALL" + SEP + r"ID)\\?\]|\{))",
+        M,
+    ),
+    Spelling("pythonic", tok("python", "start")),  # Llama 4's wrapper of the pythonic list
+    Spelling("gigachat", tok("function", "call")),
+    Spelling("gigachat", tok("message", "sep") + r"\s{0,4}function[ _]call<" + BAR + "role" + SEP),
+    Spelling("gigachat", "function[ _]call<" + BAR + "role" + SEP + "sep" + BAR + ">", S),
+    Spelling("apertus", tok("tools", "prefix")),
+    Spelling("command_r", tok("START", "ACTION")),
+    Spelling("internlm", tok("action", "start") + tok("plugin")),
+    Spelling("internlm", tok("action", "start"), S),
+    Spelling("minimax", r"\]<\]minimax\[>\["),
+    Spelling("minimax", "<minimax:tool" + SEP + "call>"),
+    Spelling("xai", "<xai:function" + SEP + "call"),
+    Spelling("seed", "<seed:tool" + SEP + "call>"),
+    Spelling("longcat", "<longcat" + SEP + "tool" + SEP + "call>"),
+    Spelling("dots", "<dots" + SEP + "function" + SEP + "call>"),
+    Spelling("k2_horizon", "<ifm" + BAR + "tool" + SEP + "calls?>"),
+    Spelling("function_gemma", "<start" + SEP + "function" + SEP + "call>"),
+    Spelling("kimi_k3", "<" + BAR + "open" + BAR + ">(?:tools<" + BAR + "sep|call tool=)"),
+    # ---- generic tags: at a line start, or mid-line before a declared call body ------------
+    Spelling("hermes", "<tool" + SEP + "call>", S),
+    Spelling(
+        "hermes",
+        _names(
+            "<tool_call>(?:"
+            + JSON_NAME
+            + "|"
+            + JSON_NAME_LAST
+            + r'|\s{0,8}<function="?(?P<%s>[^">\n]{1,128})"?>'
+            r"|\s{0,8}(?P<%s>" + NAME + r")\s{0,8}(?:<arg_key>|</tool_call>))",
+            4,
+        ),
+        M,
+        declared=True,
+    ),
+    Spelling("deepseek", r"<tool_call\s{1,4}(?:id|name)=", S),
+    Spelling(
+        "deepseek",
+        _names(r'<tool_call\s{1,4}[^>\n]{0,160}?name="(?P<%s>' + QNAME + ')"', 1),
+        M,
+        declared=True,
+    ),
+    Spelling("qwen3_coder", "<function=", S),
+    Spelling("qwen3_coder", _names(r'<function="?(?P<%s>[^">\n]{1,128})"?>', 1), M, declared=True),
+    Spelling(
+        "minicpm",
+        _names(r'<function\s{1,4}name="(?P<%s>' + QNAME + r')"\s{0,4}>', 1),
+        A,
+        declared=True,
+    ),
+    Spelling(
+        "claude_xml", _names(r'<invoke\s{1,4}name="(?P<%s>' + QNAME + ')"', 1), S, declared=True
+    ),
+    Spelling(
+        "claude_xml",
+        _names(
+            r'<invoke\s{1,4}name="(?P<%s>' + QNAME + r')"\s{0,4}>\s{0,8}'
+            r'(?:<parameter\s{1,4}name="|</invoke>)',
+            1,
+        ),
+        M,
+        declared=True,
+    ),
+    Spelling(
+        "claude_xml",
+        _names(r'<invoke\s{1,4}name="(?P<%s>' + QNAME + ')"', 1),
+        M,
+        declared=True,
+        glued_to=("count", "call", "court"),
+    ),
+    Spelling(
+        "olmo",  # refined to claude_xml when an <invoke> follows
+        _names(
+            r'<function_calls>\s{0,8}(?:<invoke\s{1,4}name="(?P<%s>'
+            + QNAME
+            + r')"|(?P<%s>'
+            + NAME
+            + r")\()",
+            2,
+        ),
+        A,
+        declared=True,
+    ),
+    Spelling("granite_fc", _names("<function_call>" + JSON_NAME, 1), A, declared=True),
+    Spelling("qwen_tools", _names("<tools>" + JSON_NAME, 1), A, declared=True),
+    Spelling("llama", tok("python", "tag"), S),
+    Spelling("llama", _names(tok("python", "tag") + JSON_NAME, 1), M, declared=True),
+    Spelling("functools", r"functools\[", S),
+    Spelling("functools", _names(r"functools\[" + JSON_NAME, 1), M, declared=True),
+    Spelling(
+        "kimi",  # both openers lost: the call id starts the markup
+        r"(?:functions\.)?" + NAME + r":\d{1,4}" + tok("tool", "call", "argument", "begin"),
+        S,
+    ),
+    Spelling(
+        "hermes",  # the opener lost after reasoning: `</think>{"name": ...}</tool_call>`
+        _names(JSON_NAME, 1),
+        S,
+        declared=True,
+        after_closer=True,
+    ),
+    Spelling("tool_calls_tag", "<tool" + SEP + "calls>", S),
+    Spelling("tool_calls_tag", _names(r"<tool_calls>\s{0,8}\[?" + JSON_NAME, 1), M, declared=True),
+    Spelling("nemotron", "<TOOLCALL>", S),
+    Spelling("nemotron", _names(r"<TOOLCALL>\s{0,8}\[?" + JSON_NAME, 1), M, declared=True),
+    Spelling(
+        "command_r",  # older Command R+: a line "Action:" then a fenced JSON list
+        _names(
+            r"Action:[ \t]{0,4}(?:\r?\n[ \t]{0,4})?```(?:json)?[ \t]{0,4}\r?\n\s{0,24}\[\s{0,24}"
+            r'\{\s{0,24}"tool_name"\s{0,8}:\s{0,8}"(?P<%s>[^"\n]{1,128})"',
+            1,
+        ),
+        S,
+        declared=True,
+    ),
+    # ---- not calls: reasoning closers, HTML code ---------------------------------------------
+    Spelling(
+        "",
+        r"</think>|\[/THINK\]|" + tok("END", "THINKING") + r"|</mm:think>|◁/think▷",
+        kind=Kind.CLOSER,
+    ),
+    Spelling("", r"<(?:pre|code)(?=[\s>])", kind=Kind.HTML_CODE),
+)
+
+
+def _alternation(scope: Scope) -> str:
+    parts = []
+    for i, spelling in enumerate(SPELLINGS):
+        if spelling.scope in (Scope.ANYWHERE, scope):
+            pattern = spelling.pattern.replace("(?P<n", f"(?P<s{i}n")
+            parts.append(f"(?P<s{i}>\\\\?(?:{pattern}))")  # Markdown may escape the first "<"
+    return "|".join(parts)
+
+
+# One alternation per scope, compiled twice from the same text: the standard library's decides
+# on complete text; `regex`'s matches partially at the end of a stream. `regex` may return a later
+# spelling's complete match while an earlier one could still match the longer text, so each
+# spelling is also compiled alone, to ask that of the earlier ones.
+AT_START = re.compile(_alternation(Scope.START))
+AT_MID = re.compile(_alternation(Scope.MID))
+PARTIAL_AT_START = regex.compile(AT_START.pattern, regex.V0)
+PARTIAL_AT_MID = regex.compile(AT_MID.pattern, regex.V0)
+PARTIAL_EACH = tuple(regex.compile(r"\\?(?:" + s.pattern + ")", regex.V0) for s in SPELLINGS)
+IN_SCOPE = {
+    scope: tuple(i for i, s in enumerate(SPELLINGS) if s.scope in (Scope.ANYWHERE, scope))
+    for scope in (Scope.START, Scope.MID)
 }
 
-_CANON_TABLE = str.maketrans({"｜": "|", "▁": "_", " ": "_", "\\": None})
-_BAR_RUN = re.compile(r"\|{2,}")
+
+def spelling_index(match: re.Match[str] | regex.Match[str]) -> int:
+    """Which spelling a match of one of the alternations above found."""
+    return int((match.lastgroup or "s0")[1:])
 
 
-def canon(text: str) -> str:
-    """Fold spelling drift so that every variant of a marker compares equal."""
-    folded = text.translate(_CANON_TABLE)
-    return _BAR_RUN.sub("|", folded) if "||" in folded else folded
+def spelling_of(match: re.Match[str] | regex.Match[str]) -> tuple[Spelling, str | None]:
+    """The spelling a match of AT_START/AT_MID found, and the tool name it captured."""
+    group = match.lastgroup or ""
+    spelling = SPELLINGS[spelling_index(match)]
+    for key, value in match.groupdict().items():
+        if value is not None and key.startswith(group + "n"):
+            return spelling, value.strip()
+    return spelling, None
 
 
-_CANONICAL = tuple((canon(m), fam) for m, fam in MARKERS.items())
+# ---- reading the name and the family, once, from the whole markup -------------------------------
 
-_BY_MARKER = dict(_CANONICAL)
-_LENGTHS = sorted({len(m) for m in _BY_MARKER})
-_PREFIXES = frozenset(m[:i] for m in _BY_MARKER for i in range(len(m) + 1))  # "" included
-
-# Characters a line may start with (after up to three spaces) and still open a marker.
-MARKER_FIRST_CHARS = frozenset(m[0] for m, _ in _CANONICAL) | {"\\"}
-
-FOUND, HOLD, RELEASE = "found", "hold", "release"
-
-
-def judge_head(head: str, line_complete: bool) -> tuple[str, str | None]:
-    """Judge the start of a line (indentation already removed).
-
-    Returns (FOUND, family) when it opens a marker, (HOLD, None) while it could still become one,
-    and (RELEASE, None) once it cannot. Set look-ups only: most heads are rejected by their first
-    two characters.
-    """
-    folded = canon(head[:MAX_HEAD])
-    if folded[:2] not in _PREFIXES:
-        return RELEASE, None
-    for length in _LENGTHS:
-        family = _BY_MARKER.get(folded[:length])
-        if family is not None:
-            return FOUND, family
-    if folded in _PREFIXES and not line_complete and len(head) < MAX_HEAD:
-        return HOLD, None
-    return RELEASE, None
-
-
-# Name extraction runs once per finding over a bounded slice of the markup, so these patterns see
-# at most NAME_WINDOW characters; each is a plain scan with bounded repetitions.
-NAME_WINDOW = 4096
-_NAME = r"([A-Za-z_][\w.\-]{0,127})"
 _NAME_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"tool[_ ]sep\|>\s{0,8}" + _NAME),  # DeepSeek V3: TYPE<sep>NAME
-    re.compile(r"tool[_ ]call[_ ]begin\|>\s{0,8}" + _NAME + r"\s{0,8}<\|tool[_ ]sep"),  # V3.1
-    re.compile(r"to=functions\." + _NAME),  # harmony
-    re.compile(r"functions\." + _NAME + r"(?::\d{1,6})?"),  # Kimi
-    re.compile(r"<(?:\|DSML\|)?invoke\s{1,8}name=\"([^\"<>]{1,128})\""),  # DSML, MiniMax
+    re.compile(r"tool[_ ]sep\|>\s{0,8}(" + NAME + ")"),  # DeepSeek V3: TYPE<sep>NAME
+    re.compile(r"tool[_ ]call[_ ]begin\|>\s{0,8}(" + NAME + r")\s{0,8}<\|tool[_ ]sep"),  # V3.1
+    re.compile(r"to=functions\.(" + NAME + ")"),  # harmony
+    re.compile(r"functions\.(" + NAME + r")(?::\d{1,6})?"),  # Kimi
+    re.compile(r"tool[_ ]call[_ ]begin\|>\s{0,8}(" + NAME + r"):\d{1,6}"),  # Kimi, bare id
+    re.compile(r"(?:\|DSML?\|\s{0,4}|<)invoke\s{1,8}name=\"([^\"<>]{1,128})\""),  # DSML, Claude
     re.compile(r"function_call\s{1,8}name=\"([^\"<>]{1,128})\""),  # xAI
+    re.compile(r"<function\s{1,8}name=\"([^\"<>]{1,128})\""),  # MiniCPM
     re.compile(r"<function=\"?([^\">\n]{1,128})\"?>"),  # Qwen3-Coder, Seed
-    re.compile(r"\[TOOL_CALLS\]\s{0,8}" + _NAME + r"\s{0,8}\["),  # Mistral v11+
+    re.compile(r"<tool_call\s[^>\n]{0,160}?name=\"([^\"<>]{1,128})\""),  # DeepSeek V4
+    re.compile(r"\[TOOL_CALLS\]\s{0,8}(" + NAME + r")\s{0,8}\["),  # Mistral v11+
+    re.compile(r"tool_call>\s{0,8}(?:call)?:(" + NAME + r")\{"),  # Gemma 4
+    re.compile(r"start_function_call>\s{0,8}(?:call)?:(" + NAME + r")\{"),  # FunctionGemma
+    re.compile(r"tools_prefix\|>\s{0,8}\[\s{0,8}\{\s{0,8}\"(" + NAME + r")\"\s{0,8}:"),  # Apertus
+    re.compile(r"call\s{1,8}tool=\"([^\"<>]{1,128})\""),  # Kimi K3
+    re.compile(r"<ifm\|tool_call>\s{0,8}(" + NAME + ")"),  # K2 Horizon
+    re.compile(r"<function_calls>\s{0,8}(" + NAME + r")\("),  # OLMo 3
     re.compile(r"\"(?:name|tool|tool_name)\"\s{0,8}:\s{0,8}\"([^\"]{1,128})\""),  # JSON bodies
-    re.compile(r"<tool_call>\s{0,8}" + _NAME + r"\s{0,8}(?:<arg_key>|\n|$)"),  # GLM
-    re.compile(r"\[\s{0,8}" + _NAME + r"\("),  # pythonic
+    re.compile(r"<tool_call>\s{0,8}(" + NAME + r")\s{0,8}(?:<arg_key>|\n|$)"),  # GLM
+    re.compile(
+        r"\|DSML\|\s{0,8}(?!invoke|parameter|function_calls|tool_calls|calls)(" + NAME + ")"
+    ),
+    re.compile(r"\[\s{0,8}(" + NAME + r")\("),  # pythonic, LFM2
 )
 
 
@@ -131,11 +316,13 @@ def read_name(markup: str, declared: frozenset[str]) -> str | None:
     return first
 
 
-_LIGHT_TABLE = str.maketrans({"｜": "|", "▁": "_", "\\": None})
+_KIMI_ID = re.compile(NAME + r":\d")
+_LIGHT_TABLE = str.maketrans({"｜": "|", "‖": "|", "▁": "_", "\\": None})
+_BAR_RUN = re.compile(r"\|{2,}")
 
 
 def canon_light(text: str) -> str:
-    """`canon` without the space folding, for reading names that may contain spaces."""
+    """Fold bar and separator drift (not spaces: names may hold them) for reading names."""
     folded = text.translate(_LIGHT_TABLE)
     return _BAR_RUN.sub("|", folded) if "||" in folded else folded
 
@@ -152,6 +339,8 @@ def refine_family(family: str, markup: str) -> str:
     elif family == "deepseek" and "｜" not in markup[:NAME_WINDOW]:
         body = light.replace("tool call begin", "tool_call_begin")
         body = body.split("tool_call_begin|>", 1)[-1].lstrip()
-        if body.startswith("functions."):
+        if body.startswith("functions.") or _KIMI_ID.match(body[:140]):
             return "kimi"
+    elif family == "olmo" and "<invoke" in light[:200]:
+        return "claude_xml"
     return family

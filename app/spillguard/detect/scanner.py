@@ -1,9 +1,12 @@
 """The incremental scanner: feed text, get back what is safe to publish, and a finding.
 
-Two detectors read the same characters once each:
+Two detectors read the same characters:
 
-* the line judge looks at the head of every line outside a Markdown fence (after at most three
-  spaces of indentation) and holds that head only while it could still spell a marker;
+* the markup judge finds the places where a marker could begin (an opening character of a
+  spelling in `markers`, mid-line or at a line start) outside the places where text is only shown
+  (Markdown fences, indented code, `>` quotes, inline code spans, reST literal blocks, Python
+  triple-quoted strings, HTML `<pre>`/`<code>`, a marker wrapped in quotation marks), and holds
+  the text from such a place only while it could still become a marker;
 * the blob probe (content only) holds the whole reply while it could still be one JSON or
   pythonic tool-call blob.
 
@@ -11,30 +14,80 @@ What is published is the input up to the lower of the two safe offsets, so the p
 a reply with no finding is the input exactly, and a reply with a finding publishes exactly the
 text before its markup. Every verdict depends only on the characters seen, never on how they were
 cut into deltas; feeding the whole text at once is the whole-reply check.
+
+The judge keeps only the text it has not decided yet (`_tail`, after a few characters of context)
+and the head of the current line; regular expressions skip the rest, so each character is read a
+bounded number of times.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
+
+import regex
 
 from . import markers
 from .blob import BlobProbe, classify
-from .markers import FOUND, HOLD, MARKER_FIRST_CHARS
+from .markers import MAX_HEAD, Kind, Scope
 from .tools import ToolSet
 
-_LINE_CAP = 256  # of a line we keep only its head: enough for fences and markers
-# A line that may matter: a marker's first character after up to three spaces, or a fence
-# character (after any indentation, or after a list-item marker).
-_INTERESTING = re.compile(
-    "^(?: {0,3}["
-    + re.escape("".join(sorted(MARKER_FIRST_CHARS)))
-    + r"]|[ \t]*[`~]| {0,3}(?:[-*+]|\d{1,9}[.)])[ \t]+[`~])",
-    re.M,
-)
-_FENCE_OPEN = re.compile(r" {0,3}(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(`{3,}|~{3,})(.*)")
 DEFAULT_HOLD_LIMIT = 256 * 1024
 DEFAULT_MARKUP_LIMIT = 64 * 1024
+_LINE_CAP = 256  # of a line only its head is kept: enough for indentation, quotes and fences
+_CONTEXT = 8  # characters kept before the undecided text: line starts, quotes, glued words
+_QUOTES = frozenset("\"'`“‘«„")
+
+
+def _prefixes(word: str) -> str:
+    return "|".join(re.escape(word[:k]) for k in range(len(word), -1, -1))
+
+
+# Where something may happen in ordinary text. Everything between two matches is published as is.
+_EVENT = re.compile(
+    r"(?P<fence>^ {0,3}(?:(?:[-*+]|\d{1,9}[.)])[ \t]{1,4})?(?:`{3,}|~{3,}))"
+    r"|(?P<directive>^[ \t]{0,16}\.\.[ \t]{1,4}[\w-]{1,40}::)"
+    r"|(?P<indent>^ {1,3}\Z)"
+    # A line start that may still become a fence opener or a directive: wait for more.
+    r"|(?P<wait_head>^ {0,3}(?:[-*+]|\d{1,9}[.)]?)?[ \t]{0,4}[`~]{0,2}\Z"
+    r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z)"
+    r"|(?P<start>^ {0,3}(?=[fA|｜‖]))"
+    r"|(?P<cand>[<\[\]◁]|\\(?=[<\[]|\Z)| (?=to=functions\.|(?:"
+    + _prefixes("to=functions.")
+    + r")\Z)"
+    r"|(?<!\w)f(?=unctools\[|(?:" + _prefixes("unctools[") + r")\Z))"
+    r"|(?P<tick>`+)"
+    r"|(?P<rst>::[ \t]{0,16}(?=\r?\n))"
+    r"|(?P<triple>\"\"\"|''')"
+    r"|(?P<wait>::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z)",
+    re.M,
+)
+# Inside a fence: a line that may close it (or a blank one, or the unfinished last line).
+_FENCE_LINE = re.compile(r"^[ \t]{0,64}(?:([`~]{1,64})[ \t]{0,64}\r?)?(?:\n|\Z)", re.M)
+# Inside a reST literal block of indentation K: the first line that ends it.
+_RST_END = tuple(re.compile(rf"^ {{0,{k}}}[^ \t\r\n]", re.M) for k in range(33))
+_HTML_CLOSE = re.compile(r"</(?:pre|code)[ \t]{0,8}>", re.I)
+
+
+class _Block(Enum):
+    TEXT = "text"
+    FENCE = "fence"
+    RST = "rst"
+    TRIPLE = "triple"
+    HTML = "html"
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """A spelling that opens at some place: what it is, the name it captured, where it ends."""
+
+    spelling: markers.Spelling
+    name: str | None
+    end: int
+
+
+_UNDECIDED = "undecided"  # a spelling may still open here: the text from here on is held
 
 
 @dataclass(frozen=True)
@@ -64,18 +117,36 @@ class Scanner:
         self._tools = tools
         self._field = field
         self._markup_limit = markup_limit
+        self._hold_limit = hold_limit
         self._probe = BlobProbe(tools, hold_limit) if blobs else None
+        # Reasoning left in the content: after its first closer, the rest may be one blob.
+        self._after_probe: BlobProbe | None = None
+        self._after_from = -1
         self._pending: list[str] = []  # received but not yet published
         self._pending_len = 0
         self._published = 0  # absolute offset of the first unpublished character
         self._seen = 0  # absolute offset of the end of the input so far
-        self._line = ""  # head of the current line (at most _LINE_CAP characters)
-        self._line_start = 0
-        self._judging = True  # the current line's head is still being judged
-        self._fence = ""  # the opening fence run ("```", "~~~~") while inside one
+        # The judge: `_tail` is context, then the undecided text from `_pos` on.
+        self._tail = "\n"  # the start of the text is a line start
+        self._ctx = 1
+        self._pos = 0
+        self._held = False  # the text from `_pos` on could still open a marker
+        self._line_start = 0  # where the line holding `_pos` starts
+        self._head = ""  # its first _LINE_CAP characters seen so far
+        self._block = _Block.TEXT
+        self._fence = ""  # the opening fence run, inside a fence
+        self._opening: tuple[str, int] | None = None  # a fence opener line being read
+        self._opening_ok = True
+        self._rst_next = -1  # the line ending now opens a reST literal block this indented
+        self._rst_indent = 0
+        self._triple = ""
+        self._code: tuple[int, int] | None = None  # (line start, backtick run) of a code span
+        self._after_closer = -1  # where the text after a reasoning closer starts
+        self._closer_next = False  # the text right after a closer is still to be judged
         self._markup: list[str] = []
         self._markup_len = 0
         self._marker_family: str | None = None
+        self._marker_start = 0
         self.finding: Finding | None = None
         self.finished = False
 
@@ -95,16 +166,21 @@ class Scanner:
             return ""
         if self.finished:
             raise RuntimeError("feed() after finish()")
-        base = self._seen
         self._seen += len(text)
         if self._marker_family is not None:
             self._keep_markup(text)
             return ""
         self._pending.append(text)
         self._pending_len += len(text)
-        self._scan_lines(text, base)
-        if self._probe is not None and self._probe.alive and self._marker_family is None:
-            self._probe.feed(text)
+        self._tail += text
+        fresh = self._after_probe is None
+        self._judge(final=False)
+        if self._marker_family is None:
+            if self._probe is not None and self._probe.alive:
+                self._probe.feed(text)
+            if self._after_probe is not None and self._after_probe.alive:
+                after = "".join(self._pending)[self._after_from - self._published :]
+                self._after_probe.feed(after if fresh else text)
         return self._release()
 
     def finish(self) -> str:
@@ -112,32 +188,42 @@ class Scanner:
         if self.finished:
             return ""
         self.finished = True
+        if self._marker_family is None:
+            self._judge(final=True)
         if self._marker_family is not None:
             markup = "".join(self._markup)
             family = markers.refine_family(self._marker_family, markup)
             name = markers.read_name(markup, self._tools.names)
-            self.finding = Finding(family, name, self._line_start, self._field, markup)
+            self.finding = Finding(family, name, self._marker_start, self._field, markup)
             return self._release()
-        if self._probe is not None and self._probe.alive:
-            whole = "".join(self._pending)
-            verdict = classify(whole, self._tools)
-            if verdict is not None:
-                excerpt = whole[: self._markup_limit]
-                self.finding = Finding(verdict[0], verdict[1], 0, self._field, excerpt)
-                return ""
-            self._probe.alive = False
-        self._judging = False
+        self._held = False
+        for probe, start in ((self._probe, 0), (self._after_probe, self._after_from)):
+            if probe is not None and probe.alive:
+                probe.alive = False
+                rest = "".join(self._pending)[start - self._published :]
+                verdict = classify(rest, self._tools)
+                if verdict is not None:
+                    excerpt = rest[: self._markup_limit]
+                    self.finding = Finding(verdict[0], verdict[1], start, self._field, excerpt)
+                    return self._release_to(start)
         return self._release()
+
+    # ---- publishing --------------------------------------------------------------------------
 
     def _safe(self) -> int:
         if self._probe is not None and self._probe.alive:
             return 0
-        if self._marker_family is not None or self._judging:
-            return self._line_start
-        return self._seen
+        if self._marker_family is not None:
+            return self._marker_start
+        safe = self._pos if self._held else self._seen
+        if self._after_probe is not None and self._after_probe.alive:
+            return min(safe, self._after_from)
+        return safe
 
     def _release(self) -> str:
-        safe = self._safe()
+        return self._release_to(self._safe())
+
+    def _release_to(self, safe: int) -> str:
         if safe <= self._published:
             return ""
         cut = safe - self._published
@@ -150,84 +236,17 @@ class Scanner:
         self._pending, self._pending_len = [joined[cut:]], self._pending_len - cut
         return joined[:cut]
 
-    def _scan_lines(self, text: str, base: int) -> None:
-        """Judge line heads. Lines that start with neither a marker's first character nor a
-        fence character can neither open a marker nor change the fence state, so complete
-        lines in between are skipped by one regular-expression scan."""
-        first = text.find("\n")
-        room = _LINE_CAP - len(self._line)
-        if room > 0:  # the current line goes on
-            self._line += text[: min(room, len(text) if first < 0 else first)]
-        if self._judging and self._judge(line_complete=first >= 0):
-            self._found_marker()
-            return
-        if first < 0:
-            return
-        self._end_line()
-        last = text.rfind("\n")
-        for match in _INTERESTING.finditer(text, first + 1, last + 1):
-            start = match.start()
-            stop = text.find("\n", start)
-            self._line = text[start : min(stop, start + _LINE_CAP)]
-            self._line_start, self._judging = base + start, True
-            if self._judge(line_complete=True):
-                self._found_marker()
-                return
-            self._end_line()
-        self._line = text[last + 1 : last + 1 + _LINE_CAP]
-        self._line_start, self._judging = base + last + 1, True
-        if self._judge(line_complete=False):
-            self._found_marker()
-
-    def _found_marker(self) -> None:
-        # Provisional until finish() reads the family and name from the whole markup.
-        family = self._marker_family or "unknown"
-        if self._probe is not None:
-            self._probe.alive = False  # markup decides; the text before it is prose
-        self.finding = Finding(family, None, self._line_start, self._field)
+    def _found_marker(self, start: int, family: str) -> None:
+        self._marker_family, self._marker_start = family, start
+        for probe in (self._probe, self._after_probe):
+            if probe is not None:
+                probe.alive = False  # markup decides; the text before it is prose
+        self.finding = Finding(family, None, start, self._field)  # refined by finish()
         joined = "".join(self._pending)
-        self._keep_markup(joined[self._line_start - self._published :])
-        self._pending_len = self._line_start - self._published
+        self._keep_markup(joined[start - self._published :])
+        self._pending_len = start - self._published
         self._pending = [joined[: self._pending_len]]
-
-    def _judge(self, line_complete: bool) -> bool:
-        """Judge the current line head; True when it opens a marker."""
-        line = self._line
-        if self._fence:
-            self._judging = False
-            return False
-        indent = len(line) - len(line.lstrip(" "))
-        if indent > 3 or indent == len(line):
-            # Four spaces make an indented code block: never a marker. Up to three spaces may
-            # still be followed by one, so hold them while the line goes on.
-            self._judging = indent == len(line) <= 3 and not line_complete
-            return False
-        head = line[indent:]
-        if head[:1] not in MARKER_FIRST_CHARS:
-            self._judging = False
-            return False
-        verdict, family = markers.judge_head(head, line_complete or len(line) >= _LINE_CAP)
-        if verdict == FOUND:
-            self._marker_family = family
-            return True
-        self._judging = verdict == HOLD
-        return False
-
-    def _end_line(self) -> None:
-        """Track Markdown fences: ``` or ~~~ runs opening after up to three spaces (or after a
-        list-item marker), closing at any indentation."""
-        line = self._line
-        if self._fence:
-            stripped = line.lstrip(" \t")
-            run = len(stripped) - len(stripped.lstrip(self._fence[0]))
-            if run >= len(self._fence) and not stripped[run:].strip() and len(line) < _LINE_CAP:
-                self._fence = ""
-            return
-        opener = _FENCE_OPEN.match(line)
-        if opener is not None:
-            fence_run, info = opener.group(1), opener.group(2)
-            if not (fence_run[0] == "`" and "`" in info):  # else inline code, not a fence
-                self._fence = fence_run
+        self._tail = ""
 
     def _keep_markup(self, text: str) -> None:
         room = self._markup_limit - self._markup_len
@@ -235,6 +254,241 @@ class Scanner:
             piece = text[:room]
             self._markup.append(piece)
             self._markup_len += len(piece)
+
+    # ---- the judge ---------------------------------------------------------------------------
+
+    def _judge(self, final: bool) -> None:
+        """Read the undecided text as far as it can be decided; keep the rest for later."""
+        t, i = self._tail, self._ctx
+        self._held = False
+        while i < len(t):
+            if self._block is _Block.TEXT:
+                i = self._text(t, i, final)
+            elif self._block is _Block.FENCE:
+                i = self._in_fence(t, i, final)
+            elif self._block is _Block.RST:
+                i = self._in_rst(t, i, final)
+            elif self._block is _Block.TRIPLE:
+                i = self._in_triple(t, i, final)
+            else:
+                i = self._in_html(t, i, final)
+            if self._marker_family is not None:
+                return
+            if i < 0:  # stopped: -i - 2 is where the undecided text starts
+                i = -i - 2
+                break
+        self._keep(t, min(i, len(t)))
+
+    def _keep(self, t: str, i: int) -> None:
+        """Everything before `i` is decided: move the line bookkeeping past it."""
+        done = t[self._ctx : i]
+        newline = done.rfind("\n")
+        if newline >= 0:
+            self._line_start = self._pos + newline + 1
+            self._head = done[newline + 1 : newline + 1 + _LINE_CAP]
+        elif len(self._head) < _LINE_CAP:
+            self._head += done[: _LINE_CAP - len(self._head)]
+        self._pos += len(done)
+        context = t[max(0, i - _CONTEXT) : i]
+        self._tail, self._ctx = context + t[i:], len(context)
+
+    def _stop(self, at: int, held: bool) -> int:
+        self._held = held
+        return -at - 2
+
+    def _abs(self, i: int) -> int:
+        return self._pos + i - self._ctx
+
+    def _line(self, t: str, j: int) -> tuple[int, str]:
+        """(absolute start, head) of the line holding tail index `j`."""
+        newline = t.rfind("\n", self._ctx, j)
+        if newline >= 0:
+            return self._abs(newline + 1), t[newline + 1 : newline + 1 + _LINE_CAP]
+        return self._line_start, (self._head + t[self._ctx : j + 1])[:_LINE_CAP]
+
+    def _text(self, t: str, i: int, final: bool) -> int:
+        if self._opening is not None:
+            return self._opener_line(t, i, final)
+        if self._closer_next:  # right after a closer, whatever its first character
+            k = i
+            while k < len(t) and k - i < 3 and t[k] == " ":
+                k += 1
+            if k == len(t) and not final:
+                return self._stop(i, held=False)
+            if k < len(t) and (t[k].isalnum() or t[k] in "_{|｜‖"):
+                after = self._candidate(t, k, final, at_start=False)
+                self._closer_next = after < 0 and self._held  # still undecided
+                return after
+            self._closer_next = False
+        m = _EVENT.search(t, i)
+        newline = t.find("\n", i) if self._rst_next >= 0 else -1
+        if newline >= 0 and (m is None or m.start() > newline):
+            self._block, self._rst_indent, self._rst_next = _Block.RST, self._rst_next, -1
+            return newline + 1
+        if m is None:
+            return len(t)
+        kind, j = m.lastgroup, m.start()
+        if kind == "cand":
+            return self._candidate(t, j, final, at_start=False)
+        if kind == "start":
+            return self._candidate(t, m.end(), final, at_start=True)
+        if kind == "indent":
+            return len(t) if final else self._stop(j, held=True)
+        if kind in ("wait", "wait_head"):
+            return len(t) if final else self._stop(j, held=False)
+        if kind == "tick":
+            return self._backticks(t, j, m.end(), final)
+        if kind == "fence":
+            if m.end() == len(t) and not final:  # the run may go on
+                return self._stop(j, held=False)
+            run = m.group().lstrip(" -*+.)0123456789\t")
+            self._opening, self._opening_ok = (run[0], len(run)), True
+            return m.end()
+        if kind == "triple":
+            self._block, self._triple = _Block.TRIPLE, m.group()
+            return m.end()
+        # A reST literal block opens after this line: `text::` at its end, or a directive.
+        head = self._line(t, j)[1]
+        self._rst_next = min(len(head) - len(head.lstrip(" ")), len(_RST_END) - 1)
+        return m.end()
+
+    def _opener_line(self, t: str, i: int, final: bool) -> int:
+        """The rest of a line that starts with a fence run: a fence when its info string has no
+        backtick. Nothing on it is judged."""
+        assert self._opening is not None
+        newline = t.find("\n", i)
+        if self._opening[0] == "`" and "`" in t[i : newline if newline >= 0 else len(t)]:
+            self._opening_ok = False
+        if newline < 0:
+            return len(t)
+        if self._opening_ok:
+            self._block, self._fence = _Block.FENCE, self._opening[0] * self._opening[1]
+        self._opening = None
+        return newline + 1
+
+    def _backticks(self, t: str, j: int, end: int, final: bool) -> int:
+        if end == len(t) and not final:  # the run may go on
+            return self._stop(j, held=False)
+        start = self._line(t, j)[0]
+        run = end - j
+        if self._code is not None and self._code[0] == start:
+            if self._code[1] == run:
+                self._code = None
+        else:
+            self._code = (start, run)
+        return end
+
+    def _candidate(self, t: str, j: int, final: bool, at_start: bool) -> int:
+        """Judge the place `j` where a marker may begin."""
+        start, head = self._line(t, j)
+        indent = len(head) - len(head.lstrip(" "))
+        if (
+            head[indent : indent + 1] in (">", "\t")
+            or indent > 3
+            or (self._code is not None and self._code[0] == start)
+            or t[j - 1] in _QUOTES
+        ):
+            return j + 1
+        at = self._abs(j)
+        line_start = at_start or at - start == indent
+        gap = at - self._after_closer
+        after_closer = 0 <= gap <= 3 and not t[max(0, j - gap) : j].strip(" ")
+        scope = Scope.START if line_start or after_closer else Scope.MID
+        opened = self._opens(t, j, scope, final)
+        if opened is None:
+            return j + 1
+        if opened == _UNDECIDED:  # from the line start: a finding there starts at the line start
+            return self._stop(j - (at - start) if line_start else j, held=True)
+        assert isinstance(opened, _Opened)
+        spelling, name = opened.spelling, opened.name
+        if spelling.kind is Kind.CLOSER:
+            self._after_closer, self._closer_next = self._abs(opened.end), True
+            if self._probe is not None and self._after_probe is None:
+                self._after_probe = BlobProbe(self._tools, self._hold_limit)
+                self._after_from = self._after_closer
+            return opened.end
+        if spelling.kind is Kind.HTML_CODE:
+            self._block = _Block.HTML
+            return opened.end
+        if spelling.declared and name not in self._tools.names:
+            return j + 1
+        if spelling.after_closer and not after_closer:
+            return j + 1
+        if spelling.glued_to and not t[max(0, j - 5) : j].lower().endswith(spelling.glued_to):
+            return j + 1
+        self._found_marker(start if line_start else at, spelling.family)
+        return len(t)
+
+    def _opens(self, t: str, j: int, scope: Scope, final: bool) -> _Opened | str | None:
+        """The spelling that opens at `j`, None when none can, or _UNDECIDED while one could."""
+        end = min(len(t), j + MAX_HEAD)
+        match: re.Match[str] | regex.Match[str] | None
+        if final or end < len(t):  # the text that decides is all there
+            match = (markers.AT_START if scope is Scope.START else markers.AT_MID).match(t, j, end)
+        else:
+            partial = markers.PARTIAL_AT_START if scope is Scope.START else markers.PARTIAL_AT_MID
+            match = partial.match(t, j, end, partial=True)
+            if match is not None and match.partial:
+                return _UNDECIDED
+            if match is not None:
+                chosen = markers.spelling_index(match)
+                for index in markers.IN_SCOPE[scope]:
+                    if index >= chosen:
+                        break
+                    if markers.PARTIAL_EACH[index].match(t, j, end, partial=True) is not None:
+                        return _UNDECIDED
+        if match is None:
+            return None
+        spelling, name = markers.spelling_of(match)
+        return _Opened(spelling, name, match.end())
+
+    # ---- blocks whose text is only shown ---------------------------------------------------------
+
+    def _in_fence(self, t: str, i: int, final: bool) -> int:
+        while True:
+            m = _FENCE_LINE.search(t, i)
+            if m is None:
+                return len(t)
+            ended = m.end() > m.start() and t[m.end() - 1] == "\n"
+            if not ended and not final:  # the last line may still close the fence
+                return self._stop(m.start(), held=False)
+            run = m.group(1) or ""
+            if run[:1] == self._fence[0] and len(run) >= len(self._fence):
+                self._block, self._fence = _Block.TEXT, ""
+                return m.end()
+            if not ended:
+                return len(t)
+            i = m.end()
+
+    def _in_rst(self, t: str, i: int, final: bool) -> int:
+        m = _RST_END[self._rst_indent].search(t, i)
+        if m is not None:
+            self._block = _Block.TEXT
+            return m.start()
+        last = t.rfind("\n") + 1
+        if not final and last >= i and len(t) - last <= 64 and not t[last:].strip(" "):
+            return self._stop(last, held=True)  # only spaces yet: the line may end the block
+        return len(t)
+
+    def _in_triple(self, t: str, i: int, final: bool) -> int:
+        end = t.find(self._triple, i)
+        if end >= 0:
+            self._block = _Block.TEXT
+            return end + 3
+        quotes = len(t) - len(t.rstrip(self._triple[0]))
+        if quotes and not final:
+            return self._stop(len(t) - min(quotes, 2), held=False)
+        return len(t)
+
+    def _in_html(self, t: str, i: int, final: bool) -> int:
+        m = _HTML_CLOSE.search(t, i)
+        if m is not None:
+            self._block = _Block.TEXT
+            return m.end()
+        lt = t.rfind("<", max(i, len(t) - 16))
+        if lt >= 0 and not final:
+            return self._stop(lt, held=False)
+        return len(t)
 
 
 def inspect_text(
