@@ -1,0 +1,225 @@
+"""The Chat Completions stream editor, fed SSE bytes: what it publishes and what it finds.
+
+Every scenario is a byte stream written the way providers write it, fed whole, cut once at
+every byte (inside a line, a CRLF, a `｜`) and one byte at a time; each way must publish the
+same bytes and end with the same finding. Chunks the editor leaves alone must come out as the
+upstream's exact bytes; chunks it edits are parsed and checked field by field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from spillguard.chat import ChatStream, new_stream
+from tests.fuzz.wire_bytes import (
+    CHAT_DONE,
+    CHAT_HEAD,
+    HOLD,
+    TOOLS,
+    WEATHER,
+    Call,
+    Turn,
+    chat_call_chunks,
+    chat_chunk,
+    chat_events,
+    chat_usage_chunk,
+    chat_view,
+    cut,
+    decode,
+    drive,
+    every_split_agrees,
+)
+from tests.samples import DSML, HERMES
+
+DEEPSEEK = (
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+    '```json\n{"city": "Lisbon"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+)
+KIMI = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "Lisbon"}<|tool_call_end|><|tool_calls_section_end|>'
+)
+ROLE = chat_chunk({"role": "assistant", "content": ""})
+FINISH = chat_chunk({}, finish="stop")
+
+
+def fresh() -> ChatStream:
+    return new_stream(TOOLS, HOLD, None)
+
+
+def chunks_of(data: bytes) -> list[dict[str, Any]]:
+    return [json.loads(e.data) for e in decode(data) if e.data and e.data != "[DONE]"]
+
+
+def test_an_honest_answer_is_published_byte_for_byte() -> None:
+    turn = Turn(content=("It is sunny ", "in Lisbon ｜ 21 °C", ", light wind.\n", "Enjoy."))
+    data = b"".join(chat_events(turn))
+    assert "｜".encode() in data
+    out, stream = every_split_agrees(fresh, data)
+    assert out == data
+    assert stream.finding is None
+
+
+def test_a_real_tool_call_is_published_byte_for_byte() -> None:
+    data = b"".join(chat_events(Turn(calls=(WEATHER,))))
+    out, stream = every_split_agrees(fresh, data)
+    assert out == data
+    assert stream.finding is None
+    view = chat_view(out)
+    assert view.calls == {0: {0: ["call_1", "get_weather", '{"city":"Lisbon"}']}}
+    assert view.finish == {0: "tool_calls"}
+
+
+def test_a_leak_at_the_start_publishes_nothing_but_the_role_chunk() -> None:
+    turn = Turn(content=cut(DEEPSEEK, 1, 3, 30, 60))
+    data = b"".join(chat_events(turn))
+    out, stream = every_split_agrees(fresh, data)
+    assert out == ROLE  # not meaningful: the response does not start for it
+    assert stream.finding is not None
+    assert (stream.finding.family, stream.finding.field) == ("deepseek", "content")
+    assert (stream.finding.tool_name, stream.finding.start) == ("get_weather", 0)
+    assert stream.leaked_text() == DEEPSEEK
+    assert stream.ended  # the editor read on to [DONE] to settle the name
+
+
+def test_prose_then_a_leak_glued_on_the_next_line() -> None:
+    """The delta that carries the end of the prose and the start of the markup is edited down
+    to the prose; the deltas before it go out as they came."""
+    text = "Let me check that.\n" + HERMES
+    turn = Turn(content=("Let me ", "check that.\n<tool", text[len("Let me check that.\n<tool") :]))
+    events = chat_events(turn)
+    out, stream = every_split_agrees(fresh, b"".join(events))
+    assert out.startswith(ROLE + events[1])
+    edited = chunks_of(out[len(ROLE + events[1]) :])
+    original = chunks_of(events[2])
+    assert edited[0]["choices"][0]["delta"] == {"content": "check that.\n"}
+    assert {k: v for k, v in edited[0].items() if k != "choices"} == {
+        k: v for k, v in original[0].items() if k != "choices"
+    }
+    assert len(edited) == 1
+    assert chat_view(out).content == {0: "Let me check that.\n"}
+    assert stream.finding is not None
+    assert (stream.finding.family, stream.finding.tool_name) == ("hermes", "get_weather")
+    assert stream.finding.start == len("Let me check that.\n")
+    assert stream.leaked_text() == text
+
+
+def test_markup_in_reasoning_without_a_call_is_a_finding() -> None:
+    reasoning = "The user wants the weather.\n" + KIMI
+    turn = Turn(content=("Checking.",), reasoning=cut(reasoning, 5, 29, 40))
+    data = b"".join(chat_events(turn))
+    out, stream = every_split_agrees(fresh, data)
+    view = chat_view(out)
+    assert view.reasoning == {0: "The user wants the weather.\n"}
+    assert view.content == {0: "Checking."}
+    assert not view.done
+    assert stream.finding is not None
+    assert (stream.finding.family, stream.finding.field) == ("kimi", "reasoning")
+    assert stream.finding.start == len("The user wants the weather.\n")
+    assert stream.leaked_text() == "Checking."  # the assistant turn's content, not its reasoning
+
+
+def test_markup_in_reasoning_beside_a_real_call_is_released_ahead_of_the_call() -> None:
+    reasoning = "Calling the tool.\n" + KIMI
+    turn = Turn(reasoning=cut(reasoning, 18, 30), calls=(WEATHER,))
+    events = chat_events(turn, usage=True)
+    data = b"".join(events)
+    out, stream = every_split_agrees(fresh, data)
+    assert stream.finding is None
+    view = chat_view(out)
+    assert view.reasoning == {0: reasoning}
+    assert view.calls == {0: {0: ["call_1", "get_weather", '{"city":"Lisbon"}']}}
+    assert view.usage == [{"prompt_tokens": 31, "completion_tokens": 12, "total_tokens": 43}]
+    # The held reasoning rides on the call's first chunk; every other chunk is the upstream's.
+    first_call = 1 + len(turn.reasoning)
+    held = chunks_of(events[first_call])[0]
+    held["choices"][0]["delta"]["reasoning_content"] = KIMI
+    released = out[: -len(b"".join(events[first_call + 1 :]))]
+    assert out.endswith(b"".join(events[first_call + 1 :]))
+    assert released.startswith(b"".join(events[:2]))  # the prose before the markup, unchanged
+    assert chunks_of(released[len(b"".join(events[:2])) :]) == [held]
+
+
+def test_usage_chunk_and_done_pass_unchanged_after_an_edit() -> None:
+    turn = Turn(content=("Sunny.", "\n", "<b>21 °C</b>"))
+    events = chat_events(turn, usage=True)
+    out, stream = every_split_agrees(fresh, b"".join(events))
+    assert stream.finding is None
+    assert out.endswith(chat_usage_chunk() + CHAT_DONE)
+    assert chat_view(out).content == {0: "Sunny.\n<b>21 °C</b>"}
+
+
+def test_two_honest_choices_are_published_byte_for_byte() -> None:
+    parts = [("Sunny ", "and warm."), ("Clear ｜ skies", ", 21 °C.")]
+    events = [chat_chunk({"role": "assistant", "content": ""}, i) for i in (0, 1)]
+    for a, b in zip(*parts, strict=True):
+        events += [chat_chunk({"content": a}, 0), chat_chunk({"content": b}, 1)]
+    events += [chat_chunk({}, 0, "stop"), chat_chunk({}, 1, "stop"), CHAT_DONE]
+    data = b"".join(events)
+    out, stream = every_split_agrees(fresh, data)
+    assert out == data
+    assert chat_view(out).content == {0: "Sunny and warm.", 1: "Clear ｜ skies, 21 °C."}
+    assert stream.finding is None and stream.can_splice is False
+
+
+def test_a_leak_in_the_second_choice_stops_the_stream_and_cannot_splice() -> None:
+    events = [chat_chunk({"role": "assistant", "content": ""}, i) for i in (0, 1)]
+    events += [chat_chunk({"content": "Sunny."}, 0), chat_chunk({"content": DSML[:20]}, 1)]
+    events += [chat_chunk({"content": DSML[20:]}, 1), chat_chunk({"content": " Warm."}, 0)]
+    events += [chat_chunk({}, 0, "stop"), chat_chunk({}, 1, "stop"), CHAT_DONE]
+    out, stream = every_split_agrees(fresh, b"".join(events))
+    assert out == b"".join(events[:3])  # after the marker, nothing more of any choice
+    assert stream.finding is not None
+    assert (stream.finding.family, stream.finding.tool_name) == ("dsml", "get_weather")
+    assert stream.finding_choice == 1
+    assert stream.leaked_text() == DSML
+    assert stream.can_splice is False
+
+
+# ---- a retry spliced into the client's stream ------------------------------------------------
+
+RETRY_HEAD = {**CHAT_HEAD, "id": "chatcmpl-retry", "created": 1733000099, "model": "ds-2"}
+PROSE = "Let me check that.\n"
+
+
+def first_attempt(calls: tuple[Call, ...] = ()) -> ChatStream:
+    """An attempt that published prose (and maybe a real call), then leaked."""
+    events = [ROLE, chat_chunk({"content": PROSE})]
+    for tool_index, call in enumerate(calls):
+        events += chat_call_chunks(call, tool_index)
+    events += [chat_chunk({"content": HERMES}), FINISH, CHAT_DONE]
+    stream = fresh()
+    drive(stream, [b"".join(events)])
+    assert stream.finding is not None and stream.can_splice
+    return stream
+
+
+def test_a_splice_keeps_the_first_id_and_sends_no_second_role_chunk() -> None:
+    retry = b"".join(chat_events(Turn(calls=(WEATHER,)), head=RETRY_HEAD))
+    out, stream = every_split_agrees(lambda: new_stream(TOOLS, HOLD, first_attempt()), retry)
+    assert stream.finding is None
+    chunks = chunks_of(out)
+    assert {(c["id"], c["created"], c["model"]) for c in chunks} == {
+        (CHAT_HEAD["id"], CHAT_HEAD["created"], CHAT_HEAD["model"])
+    }
+    view = chat_view(out)
+    assert view.roles == 0
+    assert view.calls == {0: {0: ["call_1", "get_weather", '{"city":"Lisbon"}']}}
+    assert view.finish == {0: "tool_calls"}
+    assert out.endswith(CHAT_DONE)
+
+
+def test_a_splice_shifts_tool_indices_past_the_calls_already_sent() -> None:
+    earlier = Call("run_in_terminal", '{"command":"date"}', "call_0")
+    retry = b"".join(chat_events(Turn(content=("Here:",), calls=(WEATHER,)), head=RETRY_HEAD))
+    previous = first_attempt((earlier,))
+    assert previous.tool_next == {0: 1}
+    out, stream = every_split_agrees(
+        lambda: new_stream(TOOLS, HOLD, first_attempt((earlier,))), retry
+    )
+    view = chat_view(out)
+    assert view.calls == {0: {1: ["call_1", "get_weather", '{"city":"Lisbon"}']}}
+    assert view.content == {0: "Here:"}
+    assert view.roles == 0 and view.ids == {CHAT_HEAD["id"]}
+    assert stream.tool_next == {0: 2}
