@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import spillguard
-from spillguard.detect import Scanner, TurnScanner, declared_tools, inspect_text
+from spillguard.detect import Finding, Scanner, TurnScanner, declared_tools, inspect_text
 from spillguard.detect import markers as markers_module
 from spillguard.detect.scanner import DEFAULT_HOLD_LIMIT
 from spillguard.sse import SSEDecoder
@@ -209,26 +209,30 @@ def test_sse_decoder_max_event_raises_only_sse_error(data: bytes, limit: int) ->
 
 
 @pytest.mark.parametrize(
-    "data",
+    ("data", "events", "with_data"),
     [
-        b"\r" * 300_000,
-        b"\n" * 300_000,
-        b"\r\n" * 150_000,
-        b":" * 300_000 + b"\n\n",
-        b"data: " + b"x" * 900_000 + b"\n\n",
-        b"data:\n" * 100_000 + b"\n",
-        b"data: x\n\n" * 50_000,
+        (b"\r" * 300_000, 300_000, 0),  # every blank line is an event of its own
+        (b"\n" * 300_000, 300_000, 0),
+        (b"\r\n" * 150_000, 150_000, 0),
+        (b":" * 300_000 + b"\n\n", 1, 0),
+        (b"data: " + b"x" * 900_000 + b"\n\n", 1, 1),
+        (b"data:\n" * 100_000 + b"\n", 1, 1),
+        (b"data: x\n\n" * 50_000, 50_000, 50_000),
     ],
     ids=["cr", "lf", "crlf", "colons", "one-big-event", "many-data-lines", "many-events"],
 )
-def test_sse_decoder_completes_on_long_runs(data: bytes) -> None:
+def test_sse_decoder_completes_on_long_runs(data: bytes, events: int, with_data: int) -> None:
+    """Whole and in 64 KiB and 4 KiB reads, every event comes out, and their raw bytes are the
+    input exactly."""
     for step in (len(data), 65536, 4096):
         decoder = SSEDecoder()
-        count = 0
+        got = []
         for i in range(0, len(data), step):
-            count += len(decoder.feed(data[i : i + step]))
-        count += len(decoder.flush())
-        assert count >= 0
+            got += decoder.feed(data[i : i + step])
+        got += decoder.flush()
+        assert len(got) == events
+        assert sum(e.data is not None for e in got) == with_data
+        assert b"".join(e.raw for e in got) == data
 
 
 # ---- the detection core -------------------------------------------------------------------------
@@ -258,14 +262,30 @@ def test_fuzz_target_on_random_bytes(data: bytes) -> None:
     check(data)
 
 
+def where(finding: Finding | None) -> tuple[str, str | None, int, str] | None:
+    if finding is None:
+        return None
+    return finding.family, finding.tool_name, finding.start, finding.field
+
+
 @FUZZ
 @given(text=adversarial_text(), split=st.integers(0, 10_000))
 def test_reasoning_scanner_and_turn_guard_complete(text: str, split: int) -> None:
-    guard = TurnScanner(TOOLS, hold_limit=4096)
-    out = guard.feed_reasoning(text[:split]) + guard.feed_content(text[split:])
-    rest = guard.finish()
-    assert isinstance(out + rest[0] + rest[1], str)
-    assert guard.holding >= 0
+    """A turn whose reasoning and content are cut from the same text publishes each field as the
+    whole-text check allows: all of it, or the prose before its markup."""
+    reasoning, content = text[:split], text[split:]
+    guard = TurnScanner(TOOLS, hold_limit=DEFAULT_HOLD_LIMIT)
+    said = guard.feed_reasoning(reasoning)
+    shown = guard.feed_content(content)
+    rest_content, rest_reasoning = guard.finish()
+    in_content = inspect_text(content, TOOLS)
+    in_reasoning = inspect_text(reasoning, TOOLS, blobs=False, field="reasoning")
+    assert shown + rest_content == (content if in_content is None else content[: in_content.start])
+    want = reasoning if in_reasoning is None else reasoning[: in_reasoning.start]
+    assert said + rest_reasoning == want
+    # Compared without the excerpts: their caps differ.
+    assert where(guard.finding) == where(in_content or in_reasoning)
+    assert guard.holding == len(text) - len(said + rest_reasoning + shown + rest_content)
 
 
 @pytest.mark.parametrize("marker", ["<tool_call>", "[TOOL_CALLS]get_weather[ARGS]{}"])

@@ -4,11 +4,14 @@ tests/test_fuzz.py, so it stays valid where atheris does not install).
 Each input is split by a seed taken from its first bytes into pieces, and checked for:
 
 * the SSE decoder: cut anywhere, the same events with the same raw bytes as decoding it whole;
-  the raw bytes are consecutive slices of the input with only line ends between them;
+  the raw bytes are consecutive slices of the input with only its `id:` and `retry:` lines
+  (which never reach a client) left out;
 * the scanner: the input's text streamed in the same pieces gives the same finding and the same
   published text as `inspect_text` on the whole;
-* the chat stream editor: the text as Chat Completions deltas gives the finding a whole reply
-  gives, and publishes the text (or exactly the prose before the markup).
+* each stream editor (Chat Completions, Responses): the text as that wire's deltas, its bytes
+  cut in pieces, gives the finding the wire's whole reply gives, and publishes the text (or
+  exactly the prose before the markup); only a reply longer than the hold limit may be held
+  past it (the proxy then fails it as too large).
 
 Run: `.venv/bin/python tests/fuzz/fuzz_sse_scanner.py -max_total_time=60 -max_len=4096`.
 """
@@ -16,30 +19,40 @@ Run: `.venv/bin/python tests/fuzz/fuzz_sse_scanner.py -max_total_time=60 -max_le
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from spillguard.chat import ChatStream, inspect_reply
-from spillguard.detect import Scanner, declared_tools, inspect_text
+from spillguard import chat, responses
+from spillguard.detect import Finding, Scanner, inspect_text
 from spillguard.sse import Event, SSEDecoder
-
-TOOLS = declared_tools(
-    {
-        "tools": [
-            {"type": "function", "function": {"name": "get_weather", "parameters": {}}},
-            {"type": "function", "function": {"name": "run_in_terminal"}},
-        ]
-    }
+from tests.fuzz.wire_bytes import (
+    TOOLS,
+    HeldTooLong,
+    Turn,
+    chat_events,
+    chat_reply,
+    chat_view,
+    drive,
+    responses_events,
+    responses_reply,
+    responses_view,
+    well_formed,
 )
+
 HOLD = 4096
+DROPPED = (b"id:", b"retry:", b"id\r", b"id\n", b"retry\r", b"retry\n")  # lines never sent
+
+
+def cuts(length: int, rng: random.Random) -> list[int]:
+    """Up to twelve cut points in 0..length, with both ends: slice bounds."""
+    inner = sorted(rng.sample(range(length + 1), min(length + 1, rng.randint(0, 12))))
+    return [0, *inner, length]
 
 
 def pieces(data: bytes, rng: random.Random) -> list[bytes]:
-    cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 12))))
-    bounds = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in itertools.pairwise(bounds)]
+    return [data[a:b] for a, b in itertools.pairwise(cuts(len(data), rng))]
 
 
 def decode(parts: list[bytes]) -> list[Event]:
@@ -55,26 +68,16 @@ def check_sse(data: bytes, rng: random.Random) -> None:
     whole = decode([data])
     assert decode(pieces(data, rng)) == whole
     assert decode([data[i : i + 1] for i in range(len(data))]) == whole
-    for event in whole:  # id: and retry: lines never reach a client
-        assert not any(line.startswith((b"id:", b"retry:")) for line in event.raw.splitlines()), (
-            event
-        )
-    if b"id" in data or b"retry" in data:
-        return
-    # Without them, the raw bytes are consecutive slices that rebuild the input exactly.
-    cursor = 0
-    for event in whole:
-        assert data.startswith(event.raw, cursor), (event, cursor)
-        cursor += len(event.raw)
-    assert cursor == len(data)
+    # The raw bytes are consecutive slices that rebuild the input, less its id: and retry: lines.
+    lines = data.splitlines(keepends=True)
+    assert b"".join(e.raw for e in whole) == b"".join(x for x in lines if not x.startswith(DROPPED))
 
 
 def check_scanner(text: str, rng: random.Random) -> None:
     want = inspect_text(text, TOOLS)
     scanner = Scanner(TOOLS)
     published = ""
-    cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 12))))
-    bounds = [0, *cuts, len(text)]
+    bounds = cuts(len(text), rng)
     for a, b in itertools.pairwise(bounds):
         published += scanner.feed(text[a:b])
     published += scanner.finish()
@@ -87,43 +90,59 @@ def check_scanner(text: str, rng: random.Random) -> None:
     assert published == text[: got.start]
 
 
-def chunk_event(content: str | None, finish: str | None = None) -> bytes:
-    delta: dict[str, Any] = {"content": content} if content is not None else {}
-    body = {"id": "c", "created": 1, "model": "m", "object": "chat.completion.chunk"}
-    body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+def deltas(text: str, rng: random.Random) -> tuple[str, ...]:
+    return tuple(text[a:b] for a, b in itertools.pairwise(cuts(len(text), rng)) if a < b)
+
+
+def check_stream(
+    text: str,
+    rng: random.Random,
+    wire: Any,
+    events: Callable[[Turn], list[bytes]],
+    reply: Callable[[Turn], dict[str, Any]],
+    seen: Callable[[bytes], str],
+) -> None:
+    want = wire.inspect_reply(reply(Turn(content=(text,))), TOOLS, HOLD)
+    data = b"".join(events(Turn(content=deltas(text, rng))))
+    stream = wire.new_stream(TOOLS, HOLD, None)
+    try:
+        out = drive(stream, pieces(data, rng), hold_limit=HOLD)
+    except HeldTooLong:
+        assert len(text) > HOLD  # only a reply longer than the limit can be held past it
+        return
+    got: Finding | None = stream.finding
+    assert (got is None) == (want is None), (got, want)
+    if got is None or want is None:
+        assert seen(out) == text
+        return
+    finding, leaked = want
+    assert (got.family, got.tool_name, got.start) == (
+        finding.family,
+        finding.tool_name,
+        finding.start,
+    )
+    assert seen(out) == text[: got.start]
+    assert leaked == text
+    if len(text) <= HOLD:  # an editor keeps at most that much of the published prose
+        assert stream.leaked_text() == text
+
+
+def chat_text(out: bytes) -> str:
+    return chat_view(out).content.get(0, "")
+
+
+def responses_text(out: bytes) -> str:
+    view = responses_view(out)
+    well_formed(view)
+    return view.all_text
 
 
 def check_chat_stream(text: str, rng: random.Random) -> None:
-    reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
-    want = inspect_reply(reply, TOOLS, HOLD)
-    cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 12))))
-    bounds = [0, *cuts, len(text)]
-    raw = chunk_event("") + b"".join(chunk_event(text[a:b]) for a, b in itertools.pairwise(bounds))
-    raw += chunk_event(None, "stop") + b"data: [DONE]\n\n"
-    stream = ChatStream(TOOLS, HOLD)
-    outs = []
-    for event in decode(pieces(raw, rng)):
-        outs.extend(stream.feed(event))
-    if stream.certain:
-        stream.settle()
-    else:
-        outs.extend(stream.finish())
-    published = ""
-    for out in outs:
-        for event in decode([out.data]):
-            if event.data and event.data.startswith("{"):
-                for choice in json.loads(event.data)["choices"]:
-                    published += choice["delta"].get("content") or ""
-    if stream.holding > HOLD or (want is None and stream.finding is not None):
-        return  # past the hold-back cap the proxy fails the reply (REPLY_TOO_LARGE)
-    got = stream.finding
-    assert (got is None) == (want is None), (got, want)
-    if got is None or want is None:
-        assert published == text
-        return
-    assert (got.family, got.tool_name) == (want[0].family, want[0].tool_name)
-    assert published == text[: got.start]
+    check_stream(text, rng, chat, chat_events, chat_reply, chat_text)
+
+
+def check_responses_stream(text: str, rng: random.Random) -> None:
+    check_stream(text, rng, responses, responses_events, responses_reply, responses_text)
 
 
 def check(data: bytes) -> None:
@@ -133,6 +152,7 @@ def check(data: bytes) -> None:
     text = body.decode("utf-8", "replace")
     check_scanner(text, rng)
     check_chat_stream(text, rng)
+    check_responses_stream(text, rng)
 
 
 def main() -> None:  # pragma: no cover - needs atheris
