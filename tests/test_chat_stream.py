@@ -12,19 +12,21 @@ import json
 from typing import Any
 
 from spillguard.chat import ChatStream, new_stream
-from tests.fuzz.wire_bytes import (
+from tests.fuzz.chat_bytes import (
     CHAT_DONE,
     CHAT_HEAD,
-    HOLD,
-    TOOLS,
-    WEATHER,
-    Call,
-    Turn,
     chat_call_chunks,
     chat_chunk,
     chat_events,
     chat_usage_chunk,
     chat_view,
+)
+from tests.fuzz.wire_bytes import (
+    HOLD,
+    TOOLS,
+    WEATHER,
+    Call,
+    Turn,
     cut,
     decode,
     drive,
@@ -53,7 +55,7 @@ def chunks_of(data: bytes) -> list[dict[str, Any]]:
 
 
 def test_an_honest_answer_is_published_byte_for_byte() -> None:
-    turn = Turn(content=("It is sunny ", "in Lisbon ｜ 21 °C", ", light wind.\n", "Enjoy."))
+    turn = Turn(content=("It is sunny", " in Lisbon ｜ 21 °C", ", light wind.\n", "Enjoy."))
     data = b"".join(chat_events(turn))
     assert "｜".encode() in data
     out, stream = every_split_agrees(fresh, data)
@@ -87,13 +89,13 @@ def test_prose_then_a_leak_glued_on_the_next_line() -> None:
     """The delta that carries the end of the prose and the start of the markup is edited down
     to the prose; the deltas before it go out as they came."""
     text = "Let me check that.\n" + HERMES
-    turn = Turn(content=("Let me ", "check that.\n<tool", text[len("Let me check that.\n<tool") :]))
+    turn = Turn(content=("Let me", " check that.\n<tool", text[len("Let me check that.\n<tool") :]))
     events = chat_events(turn)
     out, stream = every_split_agrees(fresh, b"".join(events))
     assert out.startswith(ROLE + events[1])
     edited = chunks_of(out[len(ROLE + events[1]) :])
     original = chunks_of(events[2])
-    assert edited[0]["choices"][0]["delta"] == {"content": "check that.\n"}
+    assert edited[0]["choices"][0]["delta"] == {"content": " check that.\n"}
     assert {k: v for k, v in edited[0].items() if k != "choices"} == {
         k: v for k, v in original[0].items() if k != "choices"
     }
@@ -151,7 +153,7 @@ def test_usage_chunk_and_done_pass_unchanged_after_an_edit() -> None:
 
 
 def test_two_honest_choices_are_published_byte_for_byte() -> None:
-    parts = [("Sunny ", "and warm."), ("Clear ｜ skies", ", 21 °C.")]
+    parts = [("Sunny", " and warm."), ("Clear ｜ skies", ", 21 °C.")]
     events = [chat_chunk({"role": "assistant", "content": ""}, i) for i in (0, 1)]
     for a, b in zip(*parts, strict=True):
         events += [chat_chunk({"content": a}, 0), chat_chunk({"content": b}, 1)]

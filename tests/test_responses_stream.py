@@ -12,23 +12,16 @@ import json
 from typing import Any
 
 from spillguard.responses import ResponsesStream, new_stream
-from tests.fuzz.wire_bytes import (
-    HOLD,
+from tests.fuzz.responses_bytes import (
     RESPONSE,
-    TOOLS,
-    WEATHER,
     ResponsesView,
     ResponsesWriter,
-    Turn,
     completed_texts,
-    cut,
-    decode,
-    drive,
-    every_split_agrees,
     responses_events,
     responses_view,
     well_formed,
 )
+from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Turn, cut, decode, drive, every_split_agrees
 from tests.samples import HERMES
 
 KIMI = (
@@ -47,7 +40,7 @@ def bodies(data: bytes) -> list[dict[str, Any]]:
 
 
 def test_an_honest_answer_is_published_byte_for_byte() -> None:
-    data = b"".join(responses_events(Turn(content=("Sunny ｜ ", "21 °C ", "in Lisbon."))))
+    data = b"".join(responses_events(Turn(content=("Sunny ｜", " 21 °C", " in Lisbon."))))
     assert "｜".encode() in data
     out, stream = every_split_agrees(fresh, data)
     assert out == data
@@ -81,13 +74,13 @@ def test_a_leak_at_the_start_publishes_only_the_openings() -> None:
 def test_prose_then_a_leak_glued_on_the_next_line() -> None:
     text = PROSE + HERMES
     rest = text[len("Let me check that.\n<tool") :]
-    events = responses_events(Turn(content=("Let me ", "check that.\n<tool", rest)))
+    events = responses_events(Turn(content=("Let me", " check that.\n<tool", rest)))
     out, stream = every_split_agrees(fresh, b"".join(events))
     kept = b"".join(events[:5])  # up to the first delta, unchanged
     assert out.startswith(kept)
     edited = bodies(out[len(kept) :])
     original = bodies(events[5])[0]
-    assert edited == [{**original, "delta": "check that.\n"}]
+    assert edited == [{**original, "delta": " check that.\n"}]
     assert responses_view(out).all_text == PROSE
     assert stream.finding is not None
     assert (stream.finding.family, stream.finding.tool_name) == ("hermes", "get_weather")
@@ -196,7 +189,7 @@ def test_a_splice_keeps_the_identity_and_numbers_and_shifts_the_call() -> None:
 
 
 def test_a_splice_completes_with_exactly_the_text_the_client_received() -> None:
-    view, stream = spliced(Turn(content=("It is sunny ", "in Lisbon.")))
+    view, stream = spliced(Turn(content=("It is sunny", " in Lisbon.")))
     assert stream.finding is None
     assert view.text == {0: PROSE, 1: "It is sunny in Lisbon."}
     completed = view.completed

@@ -24,21 +24,14 @@ from hypothesis import strategies as st
 
 from spillguard import chat, responses
 from spillguard.detect import Finding, inspect_text
-from tests.fuzz.wire_bytes import (
-    HOLD,
-    TOOLS,
-    WEATHER,
-    Editor,
-    Turn,
-    chat_events,
-    chat_reply,
-    chat_view,
-    drive,
+from tests.fuzz.chat_bytes import chat_events, chat_reply, chat_view
+from tests.fuzz.responses_bytes import (
     responses_events,
     responses_reply,
     responses_view,
     well_formed,
 )
+from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Editor, Turn, drive
 
 PROSE = [
     "It is sunny in Lisbon, 21 °C.",

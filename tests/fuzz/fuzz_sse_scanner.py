@@ -27,19 +27,14 @@ from typing import Any
 from spillguard import chat, responses
 from spillguard.detect import Finding, Scanner, inspect_text
 from spillguard.sse import Event, SSEDecoder
-from tests.fuzz.wire_bytes import (
-    TOOLS,
-    HeldTooLong,
-    Turn,
-    chat_events,
-    chat_reply,
-    chat_view,
-    drive,
+from tests.fuzz.chat_bytes import chat_events, chat_reply, chat_view
+from tests.fuzz.responses_bytes import (
     responses_events,
     responses_reply,
     responses_view,
     well_formed,
 )
+from tests.fuzz.wire_bytes import TOOLS, HeldTooLong, Turn, drive
 
 HOLD = 4096
 DROPPED = (b"id:", b"retry:", b"id\r", b"id\n", b"retry\r", b"retry\n")  # lines never sent
