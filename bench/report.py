@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,9 +226,13 @@ def targets(data: dict) -> list[dict[str, Any]]:
     return out
 
 
+def _case(det: list[dict], kind: str, mode: str, mb: int) -> dict | None:
+    """One detection case: an input kind, a path (whole or stream), a size in MB."""
+    return next((d for d in det if (d["kind"], d["mode"], d["mb"]) == (kind, mode, mb)), None)
+
+
 def _growth(det: list[dict], kind: str, mode: str) -> float | None:
-    one = next((d for d in det if (d["kind"], d["mode"], d["mb"]) == (kind, mode, 1)), None)
-    ten = next((d for d in det if (d["kind"], d["mode"], d["mb"]) == (kind, mode, 10)), None)
+    one, ten = _case(det, kind, mode, 1), _case(det, kind, mode, 10)
     if not one or not ten or "seconds" not in one or "seconds" not in ten:
         return None
     return ten["seconds"] / max(one["seconds"], 1e-9)
@@ -454,13 +459,22 @@ def charts(data: dict, out: Path) -> list[str]:
 # ---- Markdown ----------------------------------------------------------------------------------
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def _table(header: Sequence[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
 
 def markdown(data: dict, images: list[str], prefix: str = "") -> str:
+    """The report's body: how the run was made, the targets, then one section per part of the
+    run that has results (each chart linked when it was drawn, under `prefix`)."""
+    parts = _run(data) + _targets(data)
+    for section in (_nonstream, _streams, _detection, _memory, _components, _workers):
+        parts += section(data, images, prefix)
+    return "\n".join(parts) + "\n"
+
+
+def _run(data: dict) -> list[str]:
     m = data["machine"]
     plan = data["plan"]
     parts = [
@@ -493,288 +507,297 @@ def markdown(data: dict, images: list[str], prefix: str = "") -> str:
             "- Other processes on the machine (not this run's), CPU % of one core sampled "
             f"each second: {noisy}."
         )
-    parts += ["", "## Targets", ""]
+    return parts
+
+
+def _targets(data: dict) -> list[str]:
     rows = [[t["target"], t["measured"], t["goal"], f"**{t['verdict']}**"] for t in targets(data)]
-    parts.append(_table(["target", "measured (this run)", "goal", "verdict"], rows))
+    return [
+        "",
+        "## Targets",
+        "",
+        _table(["target", "measured (this run)", "goal", "verdict"], rows),
+    ]
 
+
+def _charts(images: list[str], prefix: str, first: str, *names: tuple[str, str]) -> list[str]:
+    """Links to the charts of a section, when its first chart was drawn: (alt text, file)."""
+    if first not in images:
+        return []
+    return ["", *(f"![{alt}]({prefix}{name})" for alt, name in names)]
+
+
+def _error_row(row: dict, cells: int) -> list[str]:
+    """A row that failed to run: its label, the error, and empty cells to fill the table."""
+    return [row["label"], "error: " + row["error"][:80]] + [""] * cells
+
+
+NS_HEADER = (
+    "row",
+    "clients",
+    "req/s",
+    "p50 ms",
+    "p99 ms",
+    "p50 added ms",
+    "errors",
+    "peak RSS MB",
+    "other CPU %",
+)
+
+
+def _nonstream(data: dict, images: list[str], prefix: str) -> list[str]:
     ns = data.get("nonstream") or []
-    if ns:
-        parts += ["", "## Non-streamed chat completions", ""]
-        parts.append(
-            "A request declaring three tools; a 1.7 KB JSON reply of Markdown prose. "
-            "Added latency is the row's p50 minus the upstream direct p50 at the same concurrency."
-        )
-        if "latency.png" in images:
-            parts += [
-                "",
-                f"![latency]({prefix}latency.png)",
-                f"![throughput]({prefix}throughput.png)",
-            ]
-        direct = _row(ns, "direct")
-        table = []
-        for r in ns:
-            if "error" in r:
-                table.append([r["label"], "error: " + r["error"][:80]] + [""] * 7)
-                continue
-            for lv in r["levels"]:
-                d = _level(direct, lv["concurrency"])
-                ok = d and r["row"] != "direct" and _num(lv["p50_ms"]) and _num(d["p50_ms"])
-                added = lv["p50_ms"] - d["p50_ms"] if ok else None
-                table.append(
-                    [
-                        r["label"],
-                        str(lv["concurrency"]),
-                        _fmt(lv["req_per_s"], 0),
-                        _fmt(lv["p50_ms"], 3),
-                        _fmt(lv["p99_ms"], 3),
-                        _fmt(added, 3),
-                        _fmt(lv["errors"]),
-                        _fmt(r.get("peak_mb"), 0),
-                        _fmt(lv.get("foreign_cpu_pct"), 0),
-                    ]
-                )
-        parts += [
-            "",
-            _table(
-                [
-                    "row",
-                    "clients",
-                    "req/s",
-                    "p50 ms",
-                    "p99 ms",
-                    "p50 added ms",
-                    "errors",
-                    "peak RSS MB",
-                    "other CPU %",
-                ],
-                table,
-            ),
-        ]
-
-    st = data.get("stream") or []
-    if st:
-        delta = plan["ttfb_delta_ms"]
-        parts += ["", "## Streams", ""]
-        ev = next((r["one"]["events_per_stream"] for r in st if "one" in r), "?")
-        parts.append(
-            f"An SSE chat stream of {ev} events (prose deltas of 1-6 characters, then a structured "
-            "tool call in 3-character argument deltas, finish, usage, `[DONE]`), written by the "
-            "upstream as fast as the reader takes it. *Through one stream*: streams one after "
-            "another, chunks delivered per second of stream (p50). *TTFB*: time to the first "
-            f"non-empty content delta on a short stream whose upstream sends a delta every {delta} "
-            "ms. *Total*: all chunks delivered per second with N streams at once."
-        )
-        if "streams.png" in images:
-            parts += ["", f"![streams]({prefix}streams.png)", f"![ttfb]({prefix}ttfb.png)"]
-        direct = _row(st, "direct")
-        base = direct["ttfb"]["ttfb_ms_p50"] if direct else None
-        table = []
-        for r in st:
-            if "error" in r:
-                table.append([r["label"], "error: " + r["error"][:80]] + [""] * 6)
-                continue
-            lv = {x["concurrency"]: x for x in r["levels"]}
-            added = r["ttfb"]["ttfb_ms_p50"] - base if base is not None else None
+    if not ns:
+        return []
+    parts = ["", "## Non-streamed chat completions", ""]
+    parts.append(
+        "A request declaring three tools; a 1.7 KB JSON reply of Markdown prose. "
+        "Added latency is the row's p50 minus the upstream direct p50 at the same concurrency."
+    )
+    parts += _charts(
+        images, prefix, "latency.png", ("latency", "latency.png"), ("throughput", "throughput.png")
+    )
+    direct = _row(ns, "direct")
+    table = []
+    for r in ns:
+        if "error" in r:
+            table.append(_error_row(r, 7))
+            continue
+        for lv in r["levels"]:
+            d = _level(direct, lv["concurrency"])
+            ok = d and r["row"] != "direct" and _num(lv["p50_ms"]) and _num(d["p50_ms"])
+            added = lv["p50_ms"] - d["p50_ms"] if ok else None
             table.append(
                 [
                     r["label"],
-                    _fmt(r["one"]["chunks_per_s_p50"], 0),
-                    _fmt(r["one"]["ttfb_ms_p50"], 3),
-                    _fmt(r["ttfb"]["ttfb_ms_p50"], 2),
-                    _fmt(added, 2),
-                    *[_fmt(lv[c]["events_per_s"], 0) if c in lv else "n/a" for c in (10, 50, 200)],
-                    _fmt(sum(x["errors"] for x in r["levels"]) + r["one"]["errors"]),
+                    str(lv["concurrency"]),
+                    _fmt(lv["req_per_s"], 0),
+                    _fmt(lv["p50_ms"], 3),
+                    _fmt(lv["p99_ms"], 3),
+                    _fmt(added, 3),
+                    _fmt(lv["errors"]),
                     _fmt(r.get("peak_mb"), 0),
+                    _fmt(lv.get("foreign_cpu_pct"), 0),
                 ]
             )
-        parts += [
-            "",
-            _table(
-                [
-                    "row",
-                    "chunks/s, one stream",
-                    "first content ms (fast stream)",
-                    f"TTFB ms ({delta} ms deltas)",
-                    "TTFB added ms",
-                    "total chunks/s, 10",
-                    "total chunks/s, 50",
-                    "total chunks/s, 200",
-                    "errors",
-                    "peak RSS MB",
-                ],
-                table,
-            ),
-        ]
-        lat = []
-        for r in st:
-            for x in r.get("levels", []):
-                lat.append(
-                    [
-                        r["label"],
-                        str(x["concurrency"]),
-                        _fmt(x["req_per_s"], 1),
-                        _fmt(x["latency_ms_p50"], 2),
-                        _fmt(x["latency_ms_p99"], 2),
-                        _fmt(x["ttfb_ms_p50"], 2),
-                        _fmt(x["ttfb_ms_p99"], 2),
-                        _fmt(x.get("foreign_cpu_pct"), 0),
-                    ]
-                )
-        parts += [
-            "",
-            "Whole-stream latency under load:",
-            "",
-            _table(
-                [
-                    "row",
-                    "streams",
-                    "streams/s",
-                    "stream p50 ms",
-                    "stream p99 ms",
-                    "first content p50 ms",
-                    "first content p99 ms",
-                    "other CPU %",
-                ],
-                lat,
-            ),
-        ]
+    return [*parts, "", _table(NS_HEADER, table)]
 
+
+STREAM_LOAD = (10, 50, 200)  # streams at once, in the stream table's "total" columns
+LATENCY_HEADER = (
+    "row",
+    "streams",
+    "streams/s",
+    "stream p50 ms",
+    "stream p99 ms",
+    "first content p50 ms",
+    "first content p99 ms",
+    "other CPU %",
+)
+
+
+def _streams(data: dict, images: list[str], prefix: str) -> list[str]:
+    st = data.get("stream") or []
+    if not st:
+        return []
+    delta = data["plan"]["ttfb_delta_ms"]
+    parts = ["", "## Streams", ""]
+    ev = next((r["one"]["events_per_stream"] for r in st if "one" in r), "?")
+    parts.append(
+        f"An SSE chat stream of {ev} events (prose deltas of 1-6 characters, then a structured "
+        "tool call in 3-character argument deltas, finish, usage, `[DONE]`), written by the "
+        "upstream as fast as the reader takes it. *Through one stream*: streams one after "
+        "another, chunks delivered per second of stream (p50). *TTFB*: time to the first "
+        f"non-empty content delta on a short stream whose upstream sends a delta every {delta} "
+        "ms. *Total*: all chunks delivered per second with N streams at once."
+    )
+    parts += _charts(
+        images, prefix, "streams.png", ("streams", "streams.png"), ("ttfb", "ttfb.png")
+    )
+    header = ["row", "chunks/s, one stream", "first content ms (fast stream)"]
+    header += [f"TTFB ms ({delta} ms deltas)", "TTFB added ms"]
+    header += [f"total chunks/s, {c}" for c in STREAM_LOAD] + ["errors", "peak RSS MB"]
+    parts += ["", _table(header, _stream_rows(st))]
+    parts += ["", "Whole-stream latency under load:", ""]
+    return [*parts, _table(LATENCY_HEADER, _stream_latency_rows(st))]
+
+
+def _stream_rows(st: list[dict]) -> list[list[str]]:
+    direct = _row(st, "direct")
+    base = direct["ttfb"]["ttfb_ms_p50"] if direct else None
+    table = []
+    for r in st:
+        if "error" in r:
+            table.append(_error_row(r, 6))
+            continue
+        lv = {x["concurrency"]: x for x in r["levels"]}
+        added = r["ttfb"]["ttfb_ms_p50"] - base if base is not None else None
+        table.append(
+            [
+                r["label"],
+                _fmt(r["one"]["chunks_per_s_p50"], 0),
+                _fmt(r["one"]["ttfb_ms_p50"], 3),
+                _fmt(r["ttfb"]["ttfb_ms_p50"], 2),
+                _fmt(added, 2),
+                *[_fmt(lv[c]["events_per_s"], 0) if c in lv else "n/a" for c in STREAM_LOAD],
+                _fmt(sum(x["errors"] for x in r["levels"]) + r["one"]["errors"]),
+                _fmt(r.get("peak_mb"), 0),
+            ]
+        )
+    return table
+
+
+def _stream_latency_rows(st: list[dict]) -> list[list[str]]:
+    return [
+        [
+            r["label"],
+            str(x["concurrency"]),
+            _fmt(x["req_per_s"], 1),
+            _fmt(x["latency_ms_p50"], 2),
+            _fmt(x["latency_ms_p99"], 2),
+            _fmt(x["ttfb_ms_p50"], 2),
+            _fmt(x["ttfb_ms_p99"], 2),
+            _fmt(x.get("foreign_cpu_pct"), 0),
+        ]
+        for r in st
+        for x in r.get("levels", [])
+    ]
+
+
+DETECT_HEADER = ("input", "path", "MB/s at 1 MB", "MB/s at 10 MB", "1 MB", "10 MB", "growth")
+
+
+def _detection(data: dict, images: list[str], prefix: str) -> list[str]:
     det = data.get("detect") or []
-    if det:
-        from .detect_bench import KINDS
+    if not det:
+        return []
+    from .detect_bench import KINDS
 
-        parts += ["", "## Detection core alone", ""]
-        parts.append(
-            "`inspect_text` on the whole text (*whole*), and one `Scanner` fed 16-character "
-            "deltas (*stream*), on CPU 0, best of 3 (1 MB) or 2 (10 MB) runs, each case in its own "
-            "process. Growth is time(10 MB) / time(1 MB): 10 is linear."
-        )
-        if "detect.png" in images:
-            parts += ["", f"![detection]({prefix}detect.png)"]
-        table = []
-        for kind in dict.fromkeys(d["kind"] for d in det):
-            for mode in ("whole", "stream"):
-                one = next(
-                    (d for d in det if (d["kind"], d["mode"], d["mb"]) == (kind, mode, 1)), {}
-                )
-                ten = next(
-                    (d for d in det if (d["kind"], d["mode"], d["mb"]) == (kind, mode, 10)), {}
-                )
-                growth = _growth(det, kind, mode)
+    parts = ["", "## Detection core alone", ""]
+    parts.append(
+        "`inspect_text` on the whole text (*whole*), and one `Scanner` fed 16-character "
+        "deltas (*stream*), on CPU 0, best of 3 (1 MB) or 2 (10 MB) runs, each case in its own "
+        "process. Growth is time(10 MB) / time(1 MB): 10 is linear."
+    )
+    parts += _charts(images, prefix, "detect.png", ("detection", "detect.png"))
+    parts += ["", _table(DETECT_HEADER, _detection_rows(det))]
+    return [*parts, "", "Inputs: " + "; ".join(f"*{k}*: {v}" for k, v in KINDS.items()) + "."]
 
-                def cell(d: dict) -> str:
-                    if "timeout" in d:
-                        return f"timeout > {d['timeout']:.0f} s"
-                    if "error" in d:
-                        return "error"
-                    return f"{d.get('seconds', float('nan')) * 1000:.1f} ms"
 
-                table.append(
-                    [
-                        kind,
-                        mode,
-                        _fmt(one.get("mb_per_s"), 1),
-                        _fmt(ten.get("mb_per_s"), 1),
-                        cell(one),
-                        cell(ten),
-                        _fmt(growth, 1) + ("x" if growth else ""),
-                    ]
-                )
-        parts += [
-            "",
-            _table(
-                ["input", "path", "MB/s at 1 MB", "MB/s at 10 MB", "1 MB", "10 MB", "growth"], table
-            ),
-        ]
-        parts += ["", "Inputs: " + "; ".join(f"*{k}*: {v}" for k, v in KINDS.items()) + "."]
+def _detection_rows(det: list[dict]) -> list[list[str]]:
+    table = []
+    for kind in dict.fromkeys(d["kind"] for d in det):
+        for mode in ("whole", "stream"):
+            one, ten = (_case(det, kind, mode, mb) or {} for mb in (1, 10))
+            growth = _growth(det, kind, mode)
+            table.append(
+                [
+                    kind,
+                    mode,
+                    _fmt(one.get("mb_per_s"), 1),
+                    _fmt(ten.get("mb_per_s"), 1),
+                    _seconds(one),
+                    _seconds(ten),
+                    _fmt(growth, 1) + ("x" if growth else ""),
+                ]
+            )
+    return table
 
+
+def _seconds(case: dict) -> str:
+    if "timeout" in case:
+        return f"timeout > {case['timeout']:.0f} s"
+    if "error" in case:
+        return "error"
+    return f"{case.get('seconds', float('nan')) * 1000:.1f} ms"
+
+
+MEMORY_HEADER = (
+    "row",
+    "idle MB",
+    "holding MB",
+    "peak MB",
+    "after close MB",
+    "streams flowing",
+    "seconds to open",
+)
+
+
+def _memory(data: dict, images: list[str], prefix: str) -> list[str]:
     mem = data.get("memory") or []
-    if mem:
-        parts += ["", "## Memory: many open streams", ""]
-        m0 = mem[0]
-        parts.append(
-            f"{m0['streams']} streams opened at once (64 to 200 connecting at a time), each an "
-            f"upstream stream that drips one prose delta every {m0['delta_ms']} ms; RSS sampled "
-            "once a second for 5 s once every stream has delivered content, then again 3 s after "
-            "the clients close them."
-        )
-        if "memory.png" in images:
-            parts += ["", f"![memory]({prefix}memory.png)"]
-        table = [
-            [
-                m["label"],
-                _fmt(m["idle_mb"], 0),
-                _fmt(m["holding_mb"], 0),
-                _fmt(m["peak_mb"], 0),
-                _fmt(m["after_close_mb"], 0),
-                f"{m['hold'].get('flowing')} / {m['streams']}",
-                _fmt(m["hold"].get("seconds_to_open"), 1),
-            ]
-            for m in mem
+    if not mem:
+        return []
+    parts = ["", "## Memory: many open streams", ""]
+    m0 = mem[0]
+    parts.append(
+        f"{m0['streams']} streams opened at once (64 to 200 connecting at a time), each an "
+        f"upstream stream that drips one prose delta every {m0['delta_ms']} ms; RSS sampled "
+        "once a second for 5 s once every stream has delivered content, then again 3 s after "
+        "the clients close them."
+    )
+    parts += _charts(images, prefix, "memory.png", ("memory", "memory.png"))
+    table = [
+        [
+            m["label"],
+            _fmt(m["idle_mb"], 0),
+            _fmt(m["holding_mb"], 0),
+            _fmt(m["peak_mb"], 0),
+            _fmt(m["after_close_mb"], 0),
+            f"{m['hold'].get('flowing')} / {m['streams']}",
+            _fmt(m["hold"].get("seconds_to_open"), 1),
         ]
-        parts += [
-            "",
-            _table(
-                [
-                    "row",
-                    "idle MB",
-                    "holding MB",
-                    "peak MB",
-                    "after close MB",
-                    "streams flowing",
-                    "seconds to open",
-                ],
-                table,
-            ),
-        ]
+        for m in mem
+    ]
+    return [*parts, "", _table(MEMORY_HEADER, table)]
 
+
+def _components(data: dict, images: list[str], prefix: str) -> list[str]:
     comp = [c for c in data.get("components") or [] if "error" not in c]
-    if comp:
-        parts += ["", "## Where the time goes: each step alone", ""]
-        parts.append(
-            "`python -m bench.components`, in one process on CPU 0: each step of the request "
-            "path timed on its own over many calls (best of 5 batches), on the bench's request "
-            "and replies. The framework rows send one POST through the ASGI app directly (no "
-            "sockets) to a trivial route."
-        )
-        rows = [[c["group"], f"`{c['step']}`", f"{c['us']:.2f}", c.get("note", "")] for c in comp]
-        parts += ["", _table(["path", "step", "µs per call", "note"], rows)]
+    if not comp:
+        return []
+    parts = ["", "## Where the time goes: each step alone", ""]
+    parts.append(
+        "`python -m bench.components`, in one process on CPU 0: each step of the request "
+        "path timed on its own over many calls (best of 5 batches), on the bench's request "
+        "and replies. The framework rows send one POST through the ASGI app directly (no "
+        "sockets) to a trivial route."
+    )
+    rows = [[c["group"], f"`{c['step']}`", f"{c['us']:.2f}", c.get("note", "")] for c in comp]
+    return [*parts, "", _table(["path", "step", "µs per call", "note"], rows)]
 
+
+WORKERS_HEADER = (
+    "row",
+    "req/s",
+    "p50 ms",
+    "p99 ms",
+    "stream chunks/s",
+    "peak RSS MB (all processes)",
+)
+
+
+def _workers(data: dict, images: list[str], prefix: str) -> list[str]:
     wk = data.get("workers") or []
-    if wk:
-        parts += ["", "## Workers", ""]
-        parts.append(
-            "Nothing pinned: proxy, upstream and load generators share both CPUs, so two workers "
-            "compete with the load for the second core. 50 concurrent clients."
-        )
-        if "workers.png" in images:
-            parts += ["", f"![workers]({prefix}workers.png)"]
-        table = [
-            [
-                w["label"],
-                _fmt(w["nonstream"]["req_per_s"], 0),
-                _fmt(w["nonstream"]["p50_ms"], 2),
-                _fmt(w["nonstream"]["p99_ms"], 2),
-                _fmt(w["stream"]["events_per_s"], 0),
-                _fmt(w["peak_mb"], 0),
-            ]
-            for w in wk
+    if not wk:
+        return []
+    parts = ["", "## Workers", ""]
+    parts.append(
+        "Nothing pinned: proxy, upstream and load generators share both CPUs, so two workers "
+        "compete with the load for the second core. 50 concurrent clients."
+    )
+    parts += _charts(images, prefix, "workers.png", ("workers", "workers.png"))
+    table = [
+        [
+            w["label"],
+            _fmt(w["nonstream"]["req_per_s"], 0),
+            _fmt(w["nonstream"]["p50_ms"], 2),
+            _fmt(w["nonstream"]["p99_ms"], 2),
+            _fmt(w["stream"]["events_per_s"], 0),
+            _fmt(w["peak_mb"], 0),
         ]
-        parts += [
-            "",
-            _table(
-                [
-                    "row",
-                    "req/s",
-                    "p50 ms",
-                    "p99 ms",
-                    "stream chunks/s",
-                    "peak RSS MB (all processes)",
-                ],
-                table,
-            ),
-        ]
-    return "\n".join(parts) + "\n"
+        for w in wk
+    ]
+    return [*parts, "", _table(WORKERS_HEADER, table)]
 
 
 def render(data: dict, out: Path) -> None:
