@@ -210,3 +210,22 @@ def test_request_body_is_not_modified() -> None:
     before = repr(body)
     declared_tools(body)
     assert repr(body) == before
+
+
+def test_anthropic_tools_are_read_with_their_input_schema() -> None:
+    tools = declared_tools(
+        {
+            "tools": [
+                {
+                    "name": "get_weather",
+                    "description": "Weather for a city",
+                    "input_schema": {"type": "object", "properties": {"city": {}}},
+                },
+                {"type": "custom", "name": "Read", "input_schema": {"properties": {"path": {}}}},
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+            ]
+        }
+    )
+    assert tools.declared
+    assert tools.names == {"get_weather", "Read"}  # a server tool binds no text to a call
+    assert tools.params == {"get_weather": {"city"}, "Read": {"path"}}

@@ -282,7 +282,8 @@ def db(tmp_path: Path) -> Path:
         for when, rid, model, family, tool, action, attempt in data:
             excerpt = f"<leak {rid}>\nline, two"
             conn.execute(
-                f"INSERT INTO incidents ({', '.join(COLUMNS)}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO incidents ({', '.join(COLUMNS)})"
+                f" VALUES ({', '.join('?' for _ in COLUMNS)})",
                 (
                     iso(when),
                     rid,
@@ -295,6 +296,7 @@ def db(tmp_path: Path) -> Path:
                     attempt,
                     excerpt,
                     20,
+                    "leak",
                 ),
             )
     return path
@@ -391,13 +393,14 @@ def test_stats(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "stats", "--db", str(db))
     assert out.splitlines()[0].split() == [
         "model",
+        "kind",
         "family",
         "incidents",
         "requests",
         "first",
         "last",
     ]
-    assert out.splitlines()[1].split()[:4] == ["deepseek-chat", "dsml", "3", "2"]
+    assert out.splitlines()[1].split()[:5] == ["deepseek-chat", "leak", "dsml", "3", "2"]
     assert out.splitlines()[-1] == "5 incidents"
     code, out, _ = run(capsys, "stats", "--db", str(db), "--since", "1d", "--format", "csv")
     got = list(csv.DictReader(io.StringIO(out)))

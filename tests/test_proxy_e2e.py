@@ -126,7 +126,7 @@ async def test_observe_mode_passes_the_leak_byte_for_byte(harness: Any, stream: 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_benign_replies_pass_byte_identical(harness: Any, stream: bool) -> None:
-    h = await harness(Turn(content="Plain <b>prose</b>, [a link](http://x), `code`.\n" * 3))
+    h = await harness(Turn(content='Plain prose, `code`, **bold** (and "quotes").\n' * 3))
     async with httpx.AsyncClient(timeout=10) as direct, h.http() as http:
         want = await direct.post(h.upstream.url + "/chat/completions", json=chat_body(stream))
         got = await http.post("/chat/completions", json=chat_body(stream=stream))
@@ -134,6 +134,44 @@ async def test_benign_replies_pass_byte_identical(harness: Any, stream: bool) ->
     assert got.content == want.content
     assert got.headers["x-spillguard-action"] == "passed"
     assert got.headers["x-request-id"]
+
+
+def _data_events(body: bytes) -> list[bytes]:
+    return [e + b"\n\n" for e in body.split(b"\n\n") if e]
+
+
+def _content(event: bytes) -> str:
+    data = event.removeprefix(b"data: ").strip()
+    if data == b"[DONE]":
+        return ""
+    delta = json.loads(data)["choices"][0]["delta"]
+    return str(delta.get("content") or "")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_benign_html_and_links_change_only_events_ending_in_a_marker_prefix(
+    harness: Any, stream: bool
+) -> None:
+    """A delta that ends in a tail that could still open a marker (`<`, `]` of `]<]minimax[>[`)
+    is held back until the next one rules it out: those events are re-framed, every other event
+    passes as the upstream's bytes, and the client's text is the upstream's exactly. A whole
+    reply that passes is byte-identical."""
+    h = await harness(Turn(content="Plain <b>prose</b>, [a link](http://x), `code`.\n" * 3))
+    async with httpx.AsyncClient(timeout=10) as direct, h.http() as http:
+        want = await direct.post(h.upstream.url + "/chat/completions", json=chat_body(stream))
+        got = await http.post("/chat/completions", json=chat_body(stream=stream))
+    assert got.status_code == 200
+    assert got.headers["x-spillguard-action"] == "passed"
+    if not stream:
+        assert got.content == want.content
+        return
+    upstream, client = _data_events(want.content), _data_events(got.content)
+    assert "".join(map(_content, client)) == "".join(map(_content, upstream))
+    changed = [e for e in upstream if e not in client]
+    assert changed, "the text was chosen to end deltas in marker prefixes"
+    assert all(
+        _content(e).endswith(("<", "]")) or _content(e).startswith(("b>", "(")) for e in changed
+    )
 
 
 async def test_real_tool_call_passes(harness: Any) -> None:

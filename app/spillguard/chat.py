@@ -12,12 +12,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detect import Finding, ToolSet, TurnScanner
+from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
 from .errors import SpillguardError
 from .sse import Event, Out, encode_data
 from .wire import Stream, Wire
 
 REASONING_KEYS = ("reasoning_content", "reasoning")
+CALL_FINISHES = ("tool_calls", "function_call")
 
 
 def _dumps(obj: Any) -> str:
@@ -49,6 +50,30 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
         if guard.finding is not None:
             return guard.finding, content if isinstance(content, str) else ""
     return None
+
+
+def _name(call: Any) -> str | None:
+    """The function name of a tool call (or legacy function_call) object, if it has one."""
+    fn = call.get("function", call) if isinstance(call, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def reply_anomalies(reply: Any, tools: ToolSet) -> list[Anomaly]:
+    """Missing or malformed structured calls in a whole reply, choice by choice."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    found: list[Anomaly] = []
+    for choice in choices if isinstance(choices, list) else []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            continue
+        calls = message.get("tool_calls")
+        names = [_name(c) for c in calls] if isinstance(calls, list) else []
+        if isinstance(message.get("function_call"), dict):
+            names.append(_name(message["function_call"]))
+        claimed = choice.get("finish_reason") in CALL_FINISHES
+        found += call_anomalies(names, claimed, tools)
+    return found
 
 
 def retry_body(body: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -86,6 +111,10 @@ class ChatStream:
         self.finding: Finding | None = None
         self.finding_choice = 0
         self.done: bytes | None = None  # the raw [DONE] event, held until the end
+        # Structured calls by (choice, call index): their names as streamed (None until one
+        # is), and the choices that finished saying they called.
+        self._calls: dict[tuple[int, int], str | None] = {}
+        self._claimed: set[int] = set()
 
     @property
     def certain(self) -> bool:
@@ -109,6 +138,14 @@ class ChatStream:
         """A retry may continue this client stream: one choice only (with n > 1 the other
         choices have already finished their answers)."""
         return len(self._guards) <= 1
+
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        found: list[Anomaly] = []
+        for index in sorted(self._guards):
+            names = [name for (c, _), name in self._calls.items() if c == index]
+            found += call_anomalies(names, index in self._claimed, self._tools)
+        return found
 
     def leaked_text(self) -> str:
         """The leaked choice's content as the model wrote it: published prose, then the markup
@@ -207,6 +244,7 @@ class ChatStream:
         if tool_calls or delta.get("function_call"):
             released = guard.structured_call()
             meaningful = True
+            self._note_calls(index, tool_calls, delta.get("function_call"))
             if isinstance(tool_calls, list):
                 changed |= self._index_tools(index, tool_calls)
         # vLLM may send the same reasoning under both keys: judge it once, edit every copy.
@@ -217,6 +255,8 @@ class ChatStream:
         content_in = delta.get("content")
         content = guard.feed_content(content_in) if isinstance(content_in, str) else ""
         finish = choice.get("finish_reason")
+        if finish in CALL_FINISHES:
+            self._claimed.add(index)
         if finish is not None:
             self._finished.add(index)
             rest_content, rest_reasoning = guard.finish()
@@ -250,6 +290,18 @@ class ChatStream:
         choice["delta"] = delta
         empty = not any(v not in ("", None, []) for v in delta.values())
         return True, meaningful, not (empty and finish is None and not choice.get("logprobs"))
+
+    def _note_calls(self, index: int, tool_calls: Any, function_call: Any) -> None:
+        """Keep each structured call's name as its fragments arrive (for `anomalies`)."""
+        calls = tool_calls if isinstance(tool_calls, list) else []
+        numbered = [(c.get("index"), c) for c in calls if isinstance(c, dict)]
+        if isinstance(function_call, dict):
+            numbered.append((-1, function_call))
+        for number, call in numbered:
+            key = (index, number if isinstance(number, int) else 0)
+            piece = _name(call)
+            before = self._calls.get(key)
+            self._calls[key] = before if piece is None else (before or "") + piece
 
     def _index_tools(self, index: int, tool_calls: list[Any]) -> bool:
         """Track tool-call indices; in a splice, shift them past the calls already sent."""
@@ -310,5 +362,12 @@ def error_event(error: SpillguardError, stream: Stream | None) -> bytes:
 
 
 WIRE = Wire(
-    "chat", "chat/completions", "messages", inspect_reply, new_stream, error_event, retry_body
+    "chat",
+    "chat/completions",
+    "messages",
+    inspect_reply,
+    new_stream,
+    error_event,
+    retry_body,
+    reply_anomalies=reply_anomalies,
 )

@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 def _incidents_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="The incident record: every tool call spillguard found written as text. "
-        "Lists incidents (oldest first), or with 'stats' counts them per model and family.",
+        description="The incident record: every tool call spillguard found written as text, and "
+        "every structured call that was missing or malformed. Lists incidents (oldest first), or "
+        "with 'stats' counts them per model, kind and family.",
     )
     parser.add_argument("action", nargs="?", choices=["list", "stats"], default="list")
     parser.add_argument(
@@ -106,6 +107,10 @@ def _incidents_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--since", help="ISO date or time (UTC unless given), or 30m, 1h, 2d, 1w")
     parser.add_argument("--model", help="only this model")
     parser.add_argument("--family", help="only this markup family")
+    parser.add_argument(
+        "--kind",
+        help="only this kind: leak, tool_calls_without_calls, markup_in_tool_name, undeclared_tool",
+    )
     parser.add_argument(
         "--limit",
         type=int,
@@ -147,7 +152,7 @@ def incidents(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"spillguard: {exc}", file=sys.stderr)
         return 2
-    filters = Filters(since=since, model=args.model, family=args.family)
+    filters = Filters(since=since, model=args.model, family=args.family, kind=args.kind)
     columns: tuple[str, ...]
     try:
         if args.action == "stats":

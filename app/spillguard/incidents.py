@@ -1,5 +1,6 @@
 """The incident record: every finding, in an embedded SQLite database, and the queries behind
-`spillguard incidents`.
+`spillguard incidents`. A row's `kind` is `leak` for a tool call written as text, or the kind of
+a missing or malformed structured call (`detect.anomalies`), recorded beside them.
 
 Writing never blocks a request: `IncidentWriter.submit` only puts rows on a bounded queue that a
 background thread drains into the database. A full queue drops the rows, and a database that
@@ -38,7 +39,9 @@ COLUMNS = (
     "attempt",
     "excerpt",
     "excerpt_chars",
+    "kind",
 )
+LEAK = "leak"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY,
@@ -52,11 +55,12 @@ CREATE TABLE IF NOT EXISTS incidents (
     action TEXT NOT NULL,         -- what happened to the request: retried, failed, observed...
     attempt INTEGER NOT NULL,     -- 1, or 2 for the retry
     excerpt TEXT NOT NULL,        -- the offending text, truncated to incident_excerpt_limit
-    excerpt_chars INTEGER NOT NULL  -- its length before truncation
+    excerpt_chars INTEGER NOT NULL, -- its length before truncation
+    kind TEXT NOT NULL DEFAULT 'leak' -- leak, or a missing or malformed structured call
 );
 CREATE INDEX IF NOT EXISTS incidents_time ON incidents (time);
-PRAGMA user_version = 1;
 """
+VERSION = 2  # 1 had no `kind`: every row was a leak
 QUEUE_SIZE = 1000
 BATCH = 200
 REPORT_EVERY = 60.0  # seconds between repeated "dropped" log lines
@@ -81,6 +85,23 @@ def rows_for(
         return None if value is None else clean(value)
 
     rows = []
+    for odd in outcome.anomalies:  # no text: the structured call itself is the evidence
+        rows.append(
+            (
+                when,
+                clean(outcome.request_id),
+                outcome.route,
+                outcome.mode,
+                text(outcome.model),
+                "",
+                text(odd.tool_name),
+                str(outcome.action),
+                odd.attempt,
+                "",
+                0,
+                odd.kind,
+            )
+        )
     for found in outcome.findings:
         excerpt = found.excerpt
         rows.append(
@@ -96,6 +117,7 @@ def rows_for(
                 found.attempt,
                 clean(excerpt[:excerpt_limit]),
                 len(excerpt),
+                LEAK,
             )
         )
     return rows
@@ -152,7 +174,7 @@ class IncidentWriter:
 
     def submit(self, outcome: Outcome) -> None:
         """Queue the outcome's findings; never blocks and never raises."""
-        if not outcome.findings:
+        if not outcome.findings and not outcome.anomalies:
             return
         try:
             rows = rows_for(outcome, self.excerpt_limit, self.clean, now_iso())
@@ -225,6 +247,7 @@ class IncidentWriter:
                 with contextlib.suppress(sqlite3.Error):  # WAL: readers never wait on writers
                     db.execute("PRAGMA journal_mode = WAL")
                 db.executescript(SCHEMA)
+                _migrate(db)
             except BaseException:
                 db.close()
                 raise
@@ -258,6 +281,20 @@ class IncidentWriter:
                 db.close()  # corrupt or replaced: open afresh next time
                 self._db = None
                 self._failed_at = time.monotonic()
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a database written by an older spillguard up to VERSION."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version < VERSION:
+        if "kind" not in _columns(db):
+            db.execute(f"ALTER TABLE incidents ADD COLUMN kind TEXT NOT NULL DEFAULT '{LEAK}'")
+        db.execute(f"PRAGMA user_version = {VERSION}")
+        db.commit()
+
+
+def _columns(db: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in db.execute("PRAGMA table_info(incidents)")}
 
 
 # ---- reading ------------------------------------------------------------------------------
@@ -295,6 +332,7 @@ class Filters:
     since: str | None = None  # ISO UTC, as parse_since returns it
     model: str | None = None
     family: str | None = None
+    kind: str | None = None
 
     def where(self) -> tuple[str, list[Any]]:
         terms, args = [], []
@@ -302,6 +340,7 @@ class Filters:
             ("time", self.since, ">="),
             ("model", self.model, "="),
             ("family", self.family, "="),
+            ("kind", self.kind, "="),
         ):
             if value is not None:
                 terms.append(f"{column} {op} ?")
@@ -322,18 +361,24 @@ def _connect(path: str) -> sqlite3.Connection:
     return db
 
 
-def _has_table(db: sqlite3.Connection) -> bool:
+def _readable(db: sqlite3.Connection) -> bool:
+    """True when the database has incidents. One written before kinds were recorded is read
+    through a view that calls every row a leak (the file itself is opened read-only)."""
     row = db.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'incidents'"
     ).fetchone()
-    return row is not None
+    if row is None:
+        return False
+    if "kind" not in _columns(db):
+        db.execute(f"CREATE TEMP VIEW incidents AS SELECT *, '{LEAK}' AS kind FROM main.incidents")
+    return True
 
 
 def read_incidents(path: str, filters: Filters, limit: int | None = None) -> list[dict[str, Any]]:
     """Matching incidents, oldest first; with a limit, the most recent `limit` of them."""
     db = _connect(path)
     try:
-        if not _has_table(db):
+        if not _readable(db):
             return []
         where, args = filters.where()
         sql = f"SELECT {', '.join(COLUMNS)} FROM incidents{where} ORDER BY time DESC, id DESC"
@@ -350,20 +395,21 @@ def read_incidents(path: str, filters: Filters, limit: int | None = None) -> lis
         db.close()
 
 
-STATS_COLUMNS = ("model", "family", "incidents", "requests", "first", "last")
+STATS_COLUMNS = ("model", "kind", "family", "incidents", "requests", "first", "last")
 
 
 def incident_stats(path: str, filters: Filters) -> list[dict[str, Any]]:
-    """Counts per model and family, most incidents first."""
+    """Counts per model, kind and family, most incidents first."""
     db = _connect(path)
     try:
-        if not _has_table(db):
+        if not _readable(db):
             return []
         where, args = filters.where()
         sql = (
-            "SELECT model, family, count(*) AS incidents, count(DISTINCT request_id) AS requests,"
+            "SELECT model, kind, family, count(*) AS incidents,"
+            " count(DISTINCT request_id) AS requests,"
             f" min(time) AS first, max(time) AS last FROM incidents{where}"
-            " GROUP BY model, family ORDER BY incidents DESC, model, family"
+            " GROUP BY model, kind, family ORDER BY incidents DESC, model, kind, family"
         )
         try:
             return [dict(r) for r in db.execute(sql, args)]

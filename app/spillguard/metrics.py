@@ -130,6 +130,13 @@ class Metrics:
             ["family", "model"],
             registry=own,
         )
+        self.anomalies = Counter(
+            "spillguard_anomalies_total",
+            "Structured calls that are missing or malformed, by kind (tool_calls_without_calls, "
+            "markup_in_tool_name, undeclared_tool) and requested model; reported, never acted on.",
+            ["kind", "model"],
+            registry=own,
+        )
         self.retries = Counter(
             "spillguard_retries_total",
             "Corrective retries sent upstream after a finding.",
@@ -173,6 +180,8 @@ class Metrics:
         self.requests.labels(outcome.route, outcome.mode, str(outcome.action)).inc()
         for found in outcome.findings:
             self.findings.labels(found.family, self.model(outcome.model)).inc()
+        for odd in outcome.anomalies:
+            self.anomalies.labels(odd.kind, self.model(outcome.model)).inc()
         if outcome.attempts > 1:
             self.retries.labels(outcome.route).inc(outcome.attempts - 1)
         for status in outcome.upstream_statuses:

@@ -83,7 +83,7 @@ class Observer:
             self.incidents.submit(outcome)
 
     def _log(self, outcome: Outcome) -> None:
-        level = self._level if outcome.findings else logging.INFO
+        level = self._level if outcome.findings or outcome.anomalies else logging.INFO
         if not log.isEnabledFor(level):
             return
         fields: dict[str, Any] = {k: getattr(outcome, k) for k in LOGGED}
@@ -104,5 +104,10 @@ class Observer:
                     "excerpt": f.excerpt[:limit],
                 }
                 for f in outcome.findings
+            ]
+        if outcome.anomalies:
+            fields["anomalies"] = [
+                {"kind": a.kind, "tool_name": a.tool_name, "attempt": a.attempt}
+                for a in outcome.anomalies
             ]
         log.log(level, "request", extra={"fields": fields})

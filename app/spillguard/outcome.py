@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .detect import Anomaly
+
 
 class Action(StrEnum):
     """What spillguard did with a request (the `outcome` label and log field)."""
@@ -33,6 +35,16 @@ class Leak:
     excerpt: str
 
 
+@dataclass(frozen=True)
+class Irregularity:
+    """A structured call that is missing or malformed (`detect.anomalies`), on which attempt:
+    reported beside the findings, never acted on."""
+
+    kind: str
+    tool_name: str | None
+    attempt: int
+
+
 @dataclass
 class Outcome:
     """One request through spillguard. Nothing here may hold a key or a header."""
@@ -54,6 +66,7 @@ class Outcome:
     upstream_statuses: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     findings: list[Leak] = field(default_factory=list)
+    anomalies: list[Irregularity] = field(default_factory=list)
     deferred: bool = False  # a streamed response records its outcome when it ends
     streaming: bool = False  # counted in spillguard_streams_open until recorded
     recorded: bool = False
@@ -86,6 +99,10 @@ class Outcome:
     def finding(self, family: str, tool_name: str | None, attempt: int, excerpt: str) -> None:
         self.family, self.tool_name = family, tool_name
         self.findings.append(Leak(family, tool_name, attempt, excerpt))
+
+    def saw(self, anomalies: list[Anomaly], attempt: int) -> None:
+        """The reply the client gets has these missing or malformed structured calls."""
+        self.anomalies += [Irregularity(str(a.kind), a.tool_name, attempt) for a in anomalies]
 
     def answered(self, status: int) -> None:
         """The status the client's response starts with."""

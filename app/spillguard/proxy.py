@@ -158,10 +158,12 @@ class Decision:
         found = self.wire.inspect_reply(parsed, ex.tools, s.hold_limit) if parsed else None
         if found is None:
             ex.outcome.act(_passed(attempt))
+            ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
             return None
         self._note(ex, found[0], attempt)
         if s.mode is Mode.OBSERVE:
             ex.outcome.act(Action.OBSERVED)
+            ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
             return None
         if s.mode is Mode.FAIL or attempt == 2:
             raise self._leak(ex, found[0], attempt)
@@ -249,9 +251,11 @@ class Decision:
                     yield item
             finding = stream.finding
             if finding is None:
+                ex.outcome.saw(stream.anomalies, attempt)
                 return
             self._note(ex, finding, attempt)
             if s.mode is Mode.OBSERVE:
+                ex.outcome.saw(stream.anomalies, attempt)
                 return
             if s.mode is Mode.FAIL or attempt == 2 or (start.started and not stream.can_splice):
                 raise self._leak(ex, finding, attempt)

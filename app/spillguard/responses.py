@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detect import Finding, Scanner, ToolSet, TurnScanner
+from .detect import Anomaly, Finding, Scanner, ToolSet, TurnScanner, call_anomalies
 from .errors import SpillguardError
 from .sse import Event, Out, encode_event
 from .wire import Stream, Wire
@@ -36,6 +36,22 @@ def _index(data: dict[str, Any], key: str) -> int:
 
 def _is_call(item: Any) -> bool:
     return isinstance(item, dict) and str(item.get("type", "")).endswith("_call")
+
+
+def _function_names(items: Any) -> list[str | None]:
+    """The names of the function_call items among `items`."""
+    names: list[str | None] = []
+    for item in items:
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            name = item.get("name")
+            names.append(name if isinstance(name, str) else None)
+    return names
+
+
+def reply_anomalies(reply: Any, tools: ToolSet) -> list[Anomaly]:
+    """Function calls in a whole response that name no declared tool, or hold markup."""
+    output = reply.get("output") if isinstance(reply, dict) else None
+    return call_anomalies(_function_names(output or []), False, tools)
 
 
 def _texts(item: dict[str, Any]) -> list[str]:
@@ -190,6 +206,11 @@ class ResponsesStream:
     @property
     def next_index(self) -> int:
         return self._offset + max((k + 1 for k in self._opened), default=0)
+
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        items = {**self._opened, **self._closed}  # by output index, as the client saw them
+        return call_anomalies(_function_names(items.values()), False, self._tools)
 
     def leaked_text(self) -> str:
         published = "".join("".join(p.published) for p in self._parts.values())
@@ -467,4 +488,5 @@ WIRE = Wire(
     error_event,
     retry_body,
     item_from_string,
+    reply_anomalies,
 )

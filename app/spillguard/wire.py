@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .detect import Finding, ToolSet
+from .detect import Anomaly, Finding, ToolSet
 from .errors import SpillguardError
 from .rawjson import append_items
 from .sse import Event, Out
@@ -56,6 +56,11 @@ class Stream(Protocol):
     def leaked_text(self) -> str:
         """The assistant turn as the model wrote it, for the retry."""
 
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        """The structured calls seen so far that are missing or malformed (`detect.anomalies`):
+        reported, never edited."""
+
 
 @dataclass(frozen=True)
 class Wire:
@@ -74,6 +79,8 @@ class Wire:
     # The raw JSON of a `retry_key` value that is a string, as the raw JSON of the one item it
     # stands for (Responses' `input` may be a string); None when only an array is valid.
     item_from_string: Callable[[str], str] | None = None
+    # The missing or malformed structured calls of a whole reply (reported, never edited).
+    reply_anomalies: Callable[[Any, ToolSet], list[Anomaly]] = lambda reply, tools: []
 
     def retry_request(
         self, raw: bytes, body: dict[str, Any], leaked: str, correction: str

@@ -19,16 +19,20 @@ reply is the same scanner fed once and finished, so the two cannot disagree. Eac
 read a bounded number of times, and every regular expression sees a bounded window.
 """
 
+from .anomalies import Anomaly, AnomalyKind, call_anomalies
 from .scanner import Finding, Scanner, inspect_text
 from .tools import NO_TOOLS, ToolSet, declared_tools
 from .turn import TurnScanner
 
 __all__ = [
     "NO_TOOLS",
+    "Anomaly",
+    "AnomalyKind",
     "Finding",
     "Scanner",
     "ToolSet",
     "TurnScanner",
+    "call_anomalies",
     "declared_tools",
     "inspect_text",
 ]

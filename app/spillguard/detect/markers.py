@@ -83,7 +83,8 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling("deepseek", tok("tool", "call", "begin")),  # also Kimi's inner opener: refined
     Spelling("kimi", tok("tool", "calls?", "section", "begin")),
     Spelling("kimi", tok("tool", "call", "argument", "begin")),  # the section opener lost
-    Spelling("dsml", r"</?" + BAR + r"DSML?" + BAR),
+    Spelling("dsml", "<" + BAR + r"DSML?" + BAR),
+    Spelling("dsml", "</" + BAR + r"DSML?" + BAR, S),  # closing tags left by a dropped opener
     Spelling("dsml", BAR + r"DSML?" + BAR + r"(?:invoke|parameter|function|tool|calls)", S),
     Spelling("gemma", "<" + BAR + "tool" + SEP + "call>"),
     Spelling("granite", tok("tool", "call")),
@@ -103,6 +104,9 @@ SPELLINGS: tuple[Spelling, ...] = (
         + RECIPIENT
         + "))",
     ),
+    # A bare recipient (the tokens around it lost). The scanner looks for it only right after
+    # harmony's own words (`assistant`, `commentary`, `analysis`, `final`), after the end of a
+    # sentence or a token, or at a line start: a space after any other word is never held.
     Spelling("harmony", r" to=functions\.[A-Za-z_]"),
     Spelling("mistral", r"\\?\[TOOL" + SEP + r"CALLS\\?\]", S),
     Spelling(
@@ -234,9 +238,11 @@ SPELLINGS: tuple[Spelling, ...] = (
 )
 
 
-def _alternation(scope: Scope) -> str:
+def _alternation(scope: Scope, calls_only: bool = False) -> str:
     parts = []
     for i, spelling in enumerate(SPELLINGS):
+        if calls_only and spelling.kind is not Kind.CALL:
+            continue
         if spelling.scope in (Scope.ANYWHERE, scope):
             pattern = spelling.pattern.replace("(?P<n", f"(?P<s{i}n")
             parts.append(f"(?P<s{i}>\\\\?(?:{pattern}))")  # Markdown may escape the first "<"
@@ -251,6 +257,11 @@ AT_START = re.compile(_alternation(Scope.START))
 AT_MID = re.compile(_alternation(Scope.MID))
 PARTIAL_AT_START = regex.compile(AT_START.pattern, regex.V0)
 PARTIAL_AT_MID = regex.compile(AT_MID.pattern, regex.V0)
+# A text that may only become a closer or `<pre>` is waited for, but not held back.
+PARTIAL_CALLS = {
+    scope: regex.compile(_alternation(scope, calls_only=True), regex.V0)
+    for scope in (Scope.START, Scope.MID)
+}
 PARTIAL_EACH = tuple(regex.compile(r"\\?(?:" + s.pattern + ")", regex.V0) for s in SPELLINGS)
 IN_SCOPE = {
     scope: tuple(i for i, s in enumerate(SPELLINGS) if s.scope in (Scope.ANYWHERE, scope))

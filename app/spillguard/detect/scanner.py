@@ -36,7 +36,7 @@ from .tools import ToolSet
 DEFAULT_HOLD_LIMIT = 256 * 1024
 DEFAULT_MARKUP_LIMIT = 64 * 1024
 _LINE_CAP = 256  # of a line only its head is kept: enough for indentation, quotes and fences
-_CONTEXT = 8  # characters kept before the undecided text: line starts, quotes, glued words
+_CONTEXT = 16  # characters kept before the undecided text: line starts, quotes, glued words
 _QUOTES = frozenset("\"'`“‘«„")
 
 
@@ -53,9 +53,9 @@ _EVENT = re.compile(
     r"|(?P<wait_head>^ {0,3}(?:[-*+]|\d{1,9}[.)]?)?[ \t]{0,4}[`~]{0,2}\Z"
     r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z)"
     r"|(?P<start>^ {0,3}(?=[fA|｜‖]))"
-    r"|(?P<cand>[<\[\]◁]|\\(?=[<\[]|\Z)| (?=to=functions\.|(?:"
-    + _prefixes("to=functions.")
-    + r")\Z)"
+    r"|(?P<cand>[<\[\]◁]|\\(?=[<\[]|\Z)"
+    r"|(?:(?<=assistant)|(?<=commentary)|(?<=analysis)|(?<=final)|(?<=[.!?:>\n]))"
+    r" (?=to=functions\.|(?:" + _prefixes("to=functions.") + r")\Z)"
     r"|(?<!\w)f(?=unctools\[|(?:" + _prefixes("unctools[") + r")\Z))"
     r"|(?P<tick>`+)"
     r"|(?P<rst>::[ \t]{0,16}(?=\r?\n))"
@@ -87,7 +87,8 @@ class _Opened:
     end: int
 
 
-_UNDECIDED = "undecided"  # a spelling may still open here: the text from here on is held
+_UNDECIDED = "undecided"  # a call may still open here: the text from here on is held
+_WAITING = "waiting"  # only a closer may still open here: read on later, publish meanwhile
 
 
 @dataclass(frozen=True)
@@ -399,6 +400,8 @@ class Scanner:
             return j + 1
         if opened == _UNDECIDED:  # from the line start: a finding there starts at the line start
             return self._stop(j - (at - start) if line_start else j, held=True)
+        if opened == _WAITING:
+            return self._stop(j, held=False)
         assert isinstance(opened, _Opened)
         spelling, name = opened.spelling, opened.name
         if spelling.kind is Kind.CLOSER:
@@ -429,7 +432,8 @@ class Scanner:
             partial = markers.PARTIAL_AT_START if scope is Scope.START else markers.PARTIAL_AT_MID
             match = partial.match(t, j, end, partial=True)
             if match is not None and match.partial:
-                return _UNDECIDED
+                calls = markers.PARTIAL_CALLS[scope].match(t, j, end, partial=True)
+                return _UNDECIDED if calls is not None else _WAITING
             if match is not None:
                 chosen = markers.spelling_index(match)
                 for index in markers.IN_SCOPE[scope]:

@@ -36,18 +36,20 @@ def _param_names(schema: Any) -> frozenset[str]:
 
 
 def _read(entry: Any) -> tuple[str, frozenset[str]] | None:
-    """One tool entry in any of the three spellings: Chat Completions nested, legacy
-    `functions`, Responses flat."""
+    """One tool entry in any of the four spellings: Chat Completions nested, legacy
+    `functions`, Responses flat, Anthropic Messages (`name`, `input_schema`, type absent or
+    `custom`)."""
     if not isinstance(entry, dict):
         return None
     fn = entry.get("function")
     spec = fn if isinstance(fn, dict) else entry
-    if fn is None and entry.get("type", "function") != "function":
+    if fn is None and entry.get("type", "function") not in ("function", "custom"):
         return None  # a built-in tool (web search, code interpreter, MCP): nothing to bind
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         return None
-    return name, _param_names(spec.get("parameters"))
+    schema = spec.get("parameters", spec.get("input_schema"))
+    return name, _param_names(schema)
 
 
 def declared_tools(body: Any) -> ToolSet:
