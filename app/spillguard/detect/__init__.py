@@ -2,15 +2,18 @@
 
 What it decides. A request that declared tools gets a reply; the core says whether that reply's
 text is a tool call the model wrote out instead of making it: control markup of a known family
-(DeepSeek, DSML, Hermes/Qwen, GLM, Kimi, Mistral, Llama, harmony, xAI, MiniMax and the rest) at the
-start of a line, or a whole answer that is nothing but a JSON (or pythonic) call naming a declared
-tool. It reports the family, the tool name when one can be read, and where the markup starts.
+(`markers.SPELLINGS`: DeepSeek, DSML, Hermes/Qwen, GLM, Kimi, Mistral, Llama, harmony, Gemma, xAI,
+MiniMax and the rest), or a whole answer that is nothing but a JSON (or pythonic) call naming a
+declared tool. It reports the family, the tool name when one can be read, and where the markup
+starts. Beside that, `anomalies` names the structured calls that are missing or malformed.
 
 Why it is narrow. A false positive fails a good answer, so the core asks for structure, not
-resemblance: markers count only at a line start, outside Markdown fences and quotes (examples and
-explanations of a format pass); a JSON blob counts only when it is the whole answer, every key is
-tool-call vocabulary and the name is declared; a bare tool name, Python-call prose, HTML, links
-and code blocks pass. Requests without tools, or with a `json_schema` response format, are never
+resemblance. Distinctive special tokens count anywhere in a line (chat templates glue them to the
+answer's last sentence; documentation quotes them); generic tags count at a line start, or
+mid-line before a call body naming a declared tool; nothing counts inside code spans, fences,
+indented or reST literal blocks, triple-quoted strings, HTML code, quotes, or quotation marks. A
+JSON blob counts only when it is the whole answer, every key is tool-call vocabulary and the name
+is declared. Requests without tools, or with a `json_schema` response format, are never
 inspected.
 
 How it runs. Sans-IO: pure functions and small state machines, no asyncio or HTTP imports. One
