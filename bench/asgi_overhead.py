@@ -3,7 +3,7 @@
     python -m bench.asgi_overhead
 
 Times a trivial POST route on a bare Starlette Router, as a Starlette route inside FastAPI, as a
-FastAPI APIRoute, and inside spillguard's whole application (guardrails middleware included).
+FastAPI APIRoute, and inside spillguard's whole application (the limits middleware included).
 """
 
 from __future__ import annotations

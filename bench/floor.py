@@ -1,7 +1,7 @@
 """The floor: the thinnest pass-through on spillguard's own stack, to measure spillguard against.
 
 Starlette on uvicorn (uvloop, httptools, the same server options as
-`app/spillguard/serving.py`), an aiohttp client session with the same hygiene as
+`app/spillguard/runner.py`), an aiohttp client session with the same hygiene as
 `app/spillguard/upstream.py` (no cookie jar, no environment proxies, no redirects, no
 decompression). A JSON reply is read whole and parsed once (what any inspecting
 proxy must do at least); a stream is relayed chunk by chunk as it arrives, untouched.
