@@ -55,6 +55,13 @@ KINDS: dict[str, str] = {
     "tool_calls_lines": "`[TOOL_CALLS` at the start of every line",
     "fences": "unclosed fences: ```` ```python ```` lines that never close",
     "newlines": "newlines only",
+    "lt_bar": "`<|` repeated: every place a special token could open",
+    "closer": "`</think` repeated: a reasoning closer that never closes",
+    "rbracket": "`]<]` repeated: MiniMax-M3's token prefix",
+    "recipient": "`. to=functions` repeated: harmony's recipient, never named",
+    "backticks": "`` `a` `` repeated: inline code spans",
+    "quotes": '`"` repeated: triple-quote openers and closers',
+    "rst": "`text::` lines with indented blocks: reST literal blocks opening and closing",
 }
 
 
@@ -71,6 +78,13 @@ def make(kind: str, size: int) -> str:
         "tool_calls_lines": "[TOOL_CALLS\n",
         "fences": "```python\nx = 1\n",
         "newlines": "\n",
+        "lt_bar": "<|",
+        "closer": "</think",
+        "rbracket": "]<]",
+        "recipient": ". to=functions",
+        "backticks": "`a` ",
+        "quotes": '"',
+        "rst": "Example::\n\n   <tool_call>\n\n",
     }[kind]
     return (unit * (size // len(unit) + 1))[:size]
 

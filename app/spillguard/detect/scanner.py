@@ -45,24 +45,43 @@ def _prefixes(word: str) -> str:
 
 
 # Where something may happen in ordinary text. Everything between two matches is published as is.
+# No part of it looks at the end of the text, so it may be searched within a window.
 _EVENT = re.compile(
     r"(?P<fence>^ {0,3}(?:(?:[-*+]|\d{1,9}[.)])[ \t]{1,4})?(?:`{3,}|~{3,}))"
     r"|(?P<directive>^[ \t]{0,16}\.\.[ \t]{1,4}[\w-]{1,40}::)"
-    r"|(?P<indent>^ {1,3}\Z)"
-    # A line start that may still become a fence opener or a directive: wait for more.
-    r"|(?P<wait_head>^ {0,3}(?:[-*+]|\d{1,9}[.)]?)?[ \t]{0,4}[`~]{0,2}\Z"
-    r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z)"
     r"|(?P<start>^ {0,3}(?=[fA|｜‖]))"
-    r"|(?P<cand>[<\[\]◁]|\\(?=[<\[]|\Z)"
+    r"|(?P<cand>[<\[\]◁]|\\(?=[<\[])"
     r"|(?:(?<=assistant)|(?<=commentary)|(?<=analysis)|(?<=final)|(?<=[.!?:>\n]))"
-    r" (?=to=functions\.|(?:" + _prefixes("to=functions.") + r")\Z)"
-    r"|(?<!\w)f(?=unctools\[|(?:" + _prefixes("unctools[") + r")\Z))"
+    r" (?=to=functions\.)"
+    r"|(?<!\w)f(?=unctools\[))"
     r"|(?P<tick>`+)"
     r"|(?P<rst>::[ \t]{0,16}(?=\r?\n))"
-    r"|(?P<triple>\"\"\"|''')"
-    r"|(?P<wait>::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z)",
+    r"|(?P<triple>\"\"\"|''')",
     re.M,
 )
+# At the very end of the text seen so far: what may still become an event once more arrives.
+_AT_END = re.compile(
+    r"(?P<indent>^ {1,3}\Z)"  # a line start's indentation: a marker there starts the finding
+    r"|(?P<start>^ {0,3}(?=[fA|｜‖\\][^\n]{0,15}\Z))"  # `Action:`, `functions.`... still coming
+    r"|(?P<wait>^ {0,3}(?:[-*+]|\d{1,9}[.)]?)?[ \t]{0,4}[`~]{0,2}\Z"  # a fence, or
+    r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z"  # a directive, or
+    r"|::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z)"  # `::`, triple quotes
+    r"|(?P<cand>\\\Z"  # a marker's prefix (the rest are `_EVENT`'s characters)
+    r"|(?:(?<=assistant)|(?<=commentary)|(?<=analysis)|(?<=final)|(?<=[.!?:>\n]))"
+    r" (?:" + _prefixes("to=functions.") + r")\Z"
+    r"|(?<!\w)f(?:" + _prefixes("unctools[") + r")\Z)",
+    re.M,
+)
+_TAIL_END = 80  # how far before the end `_AT_END` looks
+# Where an event can begin, found at C speed before `_EVENT` looks closer: the characters that
+# open markers, code spans and fences, and the literals of the rarer events. `_EVENT` looks from
+# _REACH characters before such a place (its line starts and look-behinds need that) to
+# _WINDOW after it.
+_TRIGGER = re.compile(r"[<\[\]◁`\\~]")
+_LITERALS = ("to=functions.", "functools[", "Action:", "function", "DSM", '"""', "'''", "::", "..")
+_REACH = 32
+_WINDOW = 96
+
 # Inside a fence: a line that may close it (or a blank one, or the unfinished last line).
 _FENCE_LINE = re.compile(r"^[ \t]{0,64}(?:([`~]{1,64})[ \t]{0,64}\r?)?(?:\n|\Z)", re.M)
 # Inside a reST literal block of indentation K: the first line that ends it.
@@ -138,6 +157,13 @@ class Scanner:
         self._fence = ""  # the opening fence run, inside a fence
         self._opening: tuple[str, int] | None = None  # a fence opener line being read
         self._opening_ok = True
+        self._opening_run = False  # its run of fence characters may still go on
+        self._ticks = 0  # a backtick run still going on at the end of the text seen
+        # Within one `_judge` call: where each literal and trigger next occurs, and how far the
+        # search for the current line's start has gone.
+        self._next: dict[str, int] = {}
+        self._scanned = 0
+        self._line_rel = -1
         self._rst_next = -1  # the line ending now opens a reST literal block this indented
         self._rst_indent = 0
         self._triple = ""
@@ -262,6 +288,7 @@ class Scanner:
         """Read the undecided text as far as it can be decided; keep the rest for later."""
         t, i = self._tail, self._ctx
         self._held = False
+        self._next, self._scanned, self._line_rel = {}, i, -1
         while i < len(t):
             if self._block is _Block.TEXT:
                 i = self._text(t, i, final)
@@ -301,11 +328,34 @@ class Scanner:
         return self._pos + i - self._ctx
 
     def _line(self, t: str, j: int) -> tuple[int, str]:
-        """(absolute start, head) of the line holding tail index `j`."""
-        newline = t.rfind("\n", self._ctx, j)
-        if newline >= 0:
-            return self._abs(newline + 1), t[newline + 1 : newline + 1 + _LINE_CAP]
-        return self._line_start, (self._head + t[self._ctx : j + 1])[:_LINE_CAP]
+        """(absolute start, head) of the line holding tail index `j`. Calls come in increasing
+        `j`: each part of the tail is searched for a newline once."""
+        if j > self._scanned:
+            newline = t.rfind("\n", self._scanned, j)
+            if newline >= 0:
+                self._line_rel = newline + 1
+            self._scanned = j
+        if self._line_rel >= 0:
+            at = self._line_rel
+            return self._abs(at), t[at : at + _LINE_CAP]
+        rest = t[self._ctx : self._ctx + _LINE_CAP - len(self._head)]
+        return self._line_start, self._head + rest
+
+    def _next_event(self, t: str, i: int) -> int:
+        """The first place from `i` on where an event can begin, or len(t) if none can."""
+        first = len(t)
+        cache = self._next
+        for key in ("", *_LITERALS):
+            at = cache.get(key, -1)
+            if at < i:
+                if key:
+                    found = t.find(key, i)
+                else:
+                    m = _TRIGGER.search(t, i)
+                    found = m.start() if m else -1
+                at = cache[key] = found if found >= 0 else len(t)
+            first = min(first, at)
+        return first
 
     def _text(self, t: str, i: int, final: bool) -> int:
         if self._opening is not None:
@@ -321,29 +371,40 @@ class Scanner:
                 self._closer_next = after < 0 and self._held  # still undecided
                 return after
             self._closer_next = False
-        m = _EVENT.search(t, i)
+        if self._ticks:
+            return self._backticks(t, i, i, final)
+        n = len(t)
+        first = self._next_event(t, i)
+        m = None
+        if first < n:
+            m = _EVENT.search(t, max(i, first - _REACH), min(n, first + _WINDOW))
+        if not final:
+            end = _AT_END.search(t, max(i, n - _TAIL_END))
+            # Only when nothing may begin before it: an empty window says nothing past itself.
+            bound = m.start() if m is not None else first if first < n else n
+            if end is not None and end.start() <= bound:
+                m = end
         newline = t.find("\n", i) if self._rst_next >= 0 else -1
         if newline >= 0 and (m is None or m.start() > newline):
             self._block, self._rst_indent, self._rst_next = _Block.RST, self._rst_next, -1
             return newline + 1
-        if m is None:
-            return len(t)
+        if m is None:  # nothing began at that place: look on from just after it
+            return n if first >= n else first + 1
         kind, j = m.lastgroup, m.start()
         if kind == "cand":
             return self._candidate(t, j, final, at_start=False)
         if kind == "start":
             return self._candidate(t, m.end(), final, at_start=True)
         if kind == "indent":
-            return len(t) if final else self._stop(j, held=True)
-        if kind in ("wait", "wait_head"):
-            return len(t) if final else self._stop(j, held=False)
+            return self._stop(j, held=True)
+        if kind == "wait":
+            return self._stop(j, held=False)
         if kind == "tick":
             return self._backticks(t, j, m.end(), final)
         if kind == "fence":
-            if m.end() == len(t) and not final:  # the run may go on
-                return self._stop(j, held=False)
             run = m.group().lstrip(" -*+.)0123456789\t")
             self._opening, self._opening_ok = (run[0], len(run)), True
+            self._opening_run = True
             return m.end()
         if kind == "triple":
             self._block, self._triple = _Block.TRIPLE, m.group()
@@ -357,6 +418,14 @@ class Scanner:
         """The rest of a line that starts with a fence run: a fence when its info string has no
         backtick. Nothing on it is judged."""
         assert self._opening is not None
+        char, run = self._opening
+        if self._opening_run:  # the fence run may have gone on past the last text
+            more = len(t) - i - len(t[i:].lstrip(char)) if t[i : i + 1] == char else 0
+            self._opening = (char, run + more)
+            i += more
+            if i == len(t) and not final:
+                return len(t)
+            self._opening_run = False
         newline = t.find("\n", i)
         if self._opening[0] == "`" and "`" in t[i : newline if newline >= 0 else len(t)]:
             self._opening_ok = False
@@ -368,10 +437,15 @@ class Scanner:
         return newline + 1
 
     def _backticks(self, t: str, j: int, end: int, final: bool) -> int:
-        if end == len(t) and not final:  # the run may go on
-            return self._stop(j, held=False)
+        """A run of backticks from `j` to `end` (plus `_ticks` of it before the text seen so
+        far): it opens or closes an inline code span on its line once it has ended."""
+        while end < len(t) and t[end] == "`":
+            end += 1
+        if end == len(t) and not final:  # the run may go on in the next delta
+            self._ticks += end - j
+            return end
         start = self._line(t, j)[0]
-        run = end - j
+        run, self._ticks = self._ticks + end - j, 0
         if self._code is not None and self._code[0] == start:
             if self._code[1] == run:
                 self._code = None
