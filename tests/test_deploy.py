@@ -57,6 +57,12 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "spillguard_upstream_latency_seconds": ("histogram", frozenset({"route"})),
     "spillguard_added_latency_seconds": ("histogram", frozenset({"route"})),
     "spillguard_streams_open": ("gauge", frozenset()),
+    "spillguard_anomalies_total": ("counter", frozenset({"kind", "model"})),
+    "spillguard_refusals_total": ("counter", frozenset({"reason"})),
+    "spillguard_incidents_written_total": ("counter", frozenset()),
+    "spillguard_incidents_dropped_total": ("counter", frozenset({"reason"})),
+    "spillguard_incident_store_errors_total": ("counter", frozenset({"operation"})),
+    "spillguard_incidents_deleted_total": ("counter", frozenset({"rule"})),
 }
 TARGET_LABELS = frozenset({"instance", "job"})
 SETTINGS_ENV = {f"SPILLGUARD_{name.upper()}" for name in Settings.model_fields}

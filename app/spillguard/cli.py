@@ -39,7 +39,9 @@ SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
         {"action": "append", "dest": "proxy_keys", "help": "a key clients must present"},
     ),
     ("--proxy-key-file", {"help": "file with one proxy key per line"}),
-    ("--incidents-db", {"help": "SQLite file recording findings ('' disables)"}),
+    ("--incidents-db", {"help": "SQLite file or postgresql:// URL recording findings ('' off)"}),
+    ("--incident-retention", {"help": "delete incidents older than: 12h, 30d (30d; '' keeps)"}),
+    ("--incident-max-rows", {"type": int, "help": "incidents kept at most (1000000; 0: no cap)"}),
     ("--incident-excerpt-limit", {"type": int, "help": "characters of leaked text kept (4000)"}),
     ("--metrics-model-limit", {"type": int, "help": "distinct model labels before 'other' (50)"}),
 ]
@@ -102,7 +104,9 @@ def _incidents_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("action", nargs="?", choices=["list", "stats"], default="list")
     parser.add_argument(
-        "--db", help="the SQLite file (default: SPILLGUARD_INCIDENTS_DB or the serve default)"
+        "--db",
+        help="the SQLite file or postgresql:// URL (default: SPILLGUARD_INCIDENTS_DB or the "
+        "serve default)",
     )
     parser.add_argument("--since", help="ISO date or time (UTC unless given), or 30m, 1h, 2d, 1w")
     parser.add_argument("--model", help="only this model")
@@ -131,16 +135,15 @@ def _default_db() -> str:
 
 def incidents(argv: list[str]) -> int:
     """`spillguard incidents [list|stats] [--db PATH] [--since ...] [--format ...]`."""
-    from .incidents import (
-        COLUMNS,
+    from .incident_query import (
         STATS_COLUMNS,
         Filters,
-        IncidentDbError,
         incident_stats,
         parse_since,
         read_incidents,
         table,
     )
+    from .incident_store import COLUMNS, IncidentDbError
 
     args = _incidents_parser("spillguard incidents").parse_args(argv)
     path = args.db if args.db is not None else _default_db()

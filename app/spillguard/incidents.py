@@ -1,71 +1,46 @@
-"""The incident record: every finding, in an embedded SQLite database, and the queries behind
-`spillguard incidents`. A row's `kind` is `leak` for a tool call written as text, or the kind of
-a missing or malformed structured call (`detect.anomalies`), recorded beside them.
+"""The incident record's writer: every finding of a recorded outcome becomes a row, queued from
+the request path and written in batches by a background thread to the store (`incident_store`:
+a SQLite file, or PostgreSQL for a fleet). A row's `kind` is `leak` for a tool call written as
+text, or the kind of a missing or malformed structured call (`detect.anomalies`).
 
-Writing never blocks a request: `IncidentWriter.submit` only puts rows on a bounded queue that a
-background thread drains into the database. A full queue drops the rows, and a database that
-cannot be opened or written drops them too; either way with a log line, never a failed request.
+Writing never blocks a request: `submit` only puts rows on a bounded queue. A store that is down
+or slow loses nothing by it: the batch in hand is tried again after a pause that grows, while the
+queue fills. Only a full queue drops rows, and so does a store still down at shutdown; either
+way with a log line and a counter, never a failed request. Retention runs on the same thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
-import re
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
+from .incident_store import LEAK, IncidentStore, Row, StoreRejected, StoreUnavailable
 from .outcome import Outcome
+from .retention import Retention, prune
 
 log = logging.getLogger("spillguard")
 
-COLUMNS = (
-    "time",
-    "request_id",
-    "route",
-    "mode",
-    "model",
-    "family",
-    "tool_name",
-    "action",
-    "attempt",
-    "excerpt",
-    "excerpt_chars",
-    "kind",
-)
-LEAK = "leak"
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS incidents (
-    id INTEGER PRIMARY KEY,
-    time TEXT NOT NULL,           -- UTC, ISO 8601 with milliseconds: sorts as it reads
-    request_id TEXT NOT NULL,
-    route TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    model TEXT,                   -- as the client asked for it
-    family TEXT NOT NULL,         -- the markup family found
-    tool_name TEXT,
-    action TEXT NOT NULL,         -- what happened to the request: retried, failed, observed...
-    attempt INTEGER NOT NULL,     -- 1, or 2 for the retry
-    excerpt TEXT NOT NULL,        -- the offending text, truncated to incident_excerpt_limit
-    excerpt_chars INTEGER NOT NULL, -- its length before truncation
-    kind TEXT NOT NULL DEFAULT 'leak' -- leak, or a missing or malformed structured call
-);
-CREATE INDEX IF NOT EXISTS incidents_time ON incidents (time);
-"""
-VERSION = 2  # 1 had no `kind`: every row was a leak
-QUEUE_SIZE = 1000
-BATCH = 200
-REPORT_EVERY = 60.0  # seconds between repeated "dropped" log lines
-REOPEN_AFTER = 30.0  # seconds before trying a database that failed to open again
+QUEUE_SIZE = 1000  # outcomes waiting to be written
+BATCH = 200  # rows a transaction
+REPORT_EVERY = 60.0  # seconds between repeated log lines about the same trouble
+RETRY_FIRST, RETRY_MOST = 0.5, 30.0  # seconds before trying a failing store again
 _STOP = object()
+
+
+class Counts(Protocol):
+    """Where the writer counts what it did (the metrics)."""
+
+    def incidents_written(self, count: int) -> None: ...
+    def incidents_dropped(self, reason: str, count: int) -> None: ...
+    def incident_store_failed(self, operation: str) -> None: ...
+    def incidents_deleted(self, rule: str, count: int) -> None: ...
 
 
 def now_iso() -> str:
@@ -76,94 +51,87 @@ def iso(when: datetime) -> str:
     return when.astimezone(UTC).isoformat(timespec="milliseconds")
 
 
+def storable(text: str) -> str:
+    """Text every store takes: no NUL (PostgreSQL refuses it) and no lone surrogate (it has no
+    UTF-8)."""
+    text = text.replace("\x00", "\ufffd")
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
 def rows_for(
     outcome: Outcome, excerpt_limit: int, clean: Callable[[str], str], when: str
-) -> list[tuple[Any, ...]]:
-    """One row per finding of a recorded outcome."""
+) -> list[Row]:
+    """One row per finding of a recorded outcome, in `incident_store.WRITTEN` order."""
 
     def text(value: str | None) -> str | None:
-        return None if value is None else clean(value)
+        return None if value is None else clean(storable(value))
 
-    rows = []
+    head = (when, text(outcome.request_id), outcome.route, outcome.mode, text(outcome.model))
+    action = str(outcome.action)
+    rows: list[Row] = []
     for odd in outcome.anomalies:  # no text: the structured call itself is the evidence
-        rows.append(
-            (
-                when,
-                clean(outcome.request_id),
-                outcome.route,
-                outcome.mode,
-                text(outcome.model),
-                "",
-                text(odd.tool_name),
-                str(outcome.action),
-                odd.attempt,
-                "",
-                0,
-                odd.kind,
-            )
-        )
+        tool = text(odd.tool_name)
+        rows.append((*head, "", tool, action, odd.attempt, "", 0, odd.kind, uuid.uuid4().hex))
     for found in outcome.findings:
-        excerpt = found.excerpt
-        rows.append(
-            (
-                when,
-                clean(outcome.request_id),
-                outcome.route,
-                outcome.mode,
-                text(outcome.model),
-                found.family,
-                text(found.tool_name),
-                str(outcome.action),
-                found.attempt,
-                clean(excerpt[:excerpt_limit]),
-                len(excerpt),
-                LEAK,
-            )
-        )
+        excerpt = text(found.excerpt[:excerpt_limit])
+        tool, chars, uid = text(found.tool_name), len(found.excerpt), uuid.uuid4().hex
+        rows.append((*head, found.family, tool, action, found.attempt, excerpt, chars, LEAK, uid))
     return rows
 
 
-class _Throttle:
-    """Counts dropped rows; says so at once, then at most every REPORT_EVERY seconds."""
+class Throttle:
+    """One kind of trouble: said at once, then at most every REPORT_EVERY seconds, with how
+    many rows (or failures: `field`) it came to since."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, field: str = "dropped", level: int = logging.WARNING) -> None:
         self.message = message
-        self.dropped = 0
+        self.field = field
+        self.level = level
+        self.count = 0
         self.last = -REPORT_EVERY
 
-    def drop(self, count: int, **fields: Any) -> None:
-        self.dropped += count
+    def add(self, count: int, **fields: Any) -> None:
+        self.count += count
         if time.monotonic() - self.last >= REPORT_EVERY:
             self.flush(**fields)
 
     def flush(self, **fields: Any) -> None:
-        """Say how many were dropped since the last line, if any were."""
-        if self.dropped:
-            log.warning(self.message, extra={"fields": {"dropped": self.dropped, **fields}})
-            self.last, self.dropped = time.monotonic(), 0
+        if self.count:
+            fields = {self.field: self.count, **fields}
+            log.log(self.level, self.message, extra={"fields": fields})
+            self.last, self.count = time.monotonic(), 0
 
 
 class IncidentWriter:
-    """Writes findings to `path` on a background thread. `start()`, then `submit()` from the
+    """Writes findings to `store` on a background thread. `start()`, then `submit()` from the
     request path, `close()` at shutdown (writes what is queued, within a timeout)."""
 
     def __init__(
         self,
-        path: str,
+        store: IncidentStore,
         excerpt_limit: int,
         clean: Callable[[str], str] = str,
         queue_size: int = QUEUE_SIZE,
+        retention: Retention | None = None,
+        counts: Counts | None = None,
     ) -> None:
-        self.path = path
+        self.store = store
         self.excerpt_limit = excerpt_limit
         self.clean = clean
+        self.retention = retention or Retention()
+        self.counts = counts
         self.queue: queue.Queue[object] = queue.Queue(queue_size)
         self.written = 0
         self._thread: threading.Thread | None = None
-        self._db: sqlite3.Connection | None = None
-        self._failed_at: float | None = None
-        self._full = _Throttle("incident queue full: incidents dropped")
-        self._broken = _Throttle("incident record unavailable: incidents dropped")
+        self._stopping = threading.Event()
+        self._deadline = 0.0
+        self._failures = 0  # in a row
+        self._next_prune = 0.0
+        self._full = Throttle("incident queue full: incidents dropped")
+        self._lost = Throttle("incident record unavailable: incidents dropped")
+        self._rejected = Throttle("incident store refused rows: incidents dropped")
+        self._unopened = Throttle("cannot open the incident database", "failures", logging.ERROR)
+        self._down = Throttle("incident store unavailable: rows kept, will retry", "failures")
 
     def start(self) -> None:
         if self._thread is None:
@@ -180,7 +148,7 @@ class IncidentWriter:
             rows = rows_for(outcome, self.excerpt_limit, self.clean, now_iso())
             self.queue.put_nowait(rows)
         except queue.Full:
-            self._full.drop(len(outcome.findings), request_id=outcome.request_id)
+            self._drop("queue_full", len(rows), self._full, request_id=outcome.request_id)
         except Exception as exc:  # the record must never fail a request
             log.warning("incident not recorded", extra={"fields": {"error": repr(exc)}})
 
@@ -188,15 +156,11 @@ class IncidentWriter:
         thread, self._thread = self._thread, None
         if thread is None:
             return
-        deadline = time.monotonic() + timeout
-        while thread.is_alive():
-            try:
-                self.queue.put(_STOP, timeout=0.1)
-                break
-            except queue.Full:
-                if time.monotonic() > deadline:
-                    break
-        thread.join(max(deadline - time.monotonic(), 0.1))
+        self._deadline = time.monotonic() + timeout
+        self._stopping.set()
+        with contextlib.suppress(queue.Full):  # then it is busy with rows, and sees the event
+            self.queue.put_nowait(_STOP)  # wakes a thread waiting for rows
+        thread.join(max(self._deadline - time.monotonic(), 0.1))
         if thread.is_alive():
             log.warning("incident writer did not finish in time", extra={"fields": {}})
         self._full.flush()
@@ -204,232 +168,119 @@ class IncidentWriter:
     # ---- the writer thread ---------------------------------------------------------------
 
     def _run(self) -> None:
+        batch: list[Row] = []
         try:
-            while True:
-                item = self.queue.get()
-                batch: list[tuple[Any, ...]] = []
-                stop = item is _STOP
-                if not stop:
-                    assert isinstance(item, list)
-                    batch.extend(item)
-                while not stop and len(batch) < BATCH:
-                    try:
-                        more = self.queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is _STOP:
-                        stop = True
-                    else:
-                        assert isinstance(more, list)
-                        batch.extend(more)
-                if batch:
-                    self._write(batch)
-                if stop:
-                    return
+            while not self._stopping.is_set():
+                self._take(batch, wait=self._next_prune - time.monotonic())
+                if batch and not self._flush(batch):
+                    self._stopping.wait(self._pause())  # the same rows, a little later
+                if time.monotonic() >= self._next_prune:
+                    self._prune()
+            self._finish(batch)
+        except Exception as exc:  # a defect: say so, rather than stop writing in silence
+            log.error("incident writer stopped", extra={"fields": {"error": repr(exc)}})
         finally:
-            self._broken.flush(path=self.path)
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            self.store.close()
+            for throttle in (self._lost, self._rejected, self._unopened, self._down):
+                throttle.flush(store=self.store.where)
 
-    def _open(self) -> sqlite3.Connection | None:
-        if self._db is not None:
-            return self._db
-        if self._failed_at is not None and time.monotonic() - self._failed_at < REOPEN_AFTER:
-            return None
-        try:
-            parent = os.path.dirname(self.path)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=5, check_same_thread=False)
+    def _take(self, batch: list[Row], wait: float) -> None:
+        """Top `batch` up from the queue, waiting up to `wait` seconds when it is empty."""
+        block = not batch
+        while len(batch) < BATCH:
             try:
-                db.execute("PRAGMA busy_timeout = 5000")
-                with contextlib.suppress(sqlite3.Error):  # WAL: readers never wait on writers
-                    db.execute("PRAGMA journal_mode = WAL")
-                db.executescript(SCHEMA)
-                _migrate(db)
-            except BaseException:
-                db.close()
-                raise
-        except (sqlite3.Error, OSError) as exc:
-            self._failed_at = time.monotonic()
-            log.error(
-                "cannot open the incident database",
-                extra={"fields": {"path": self.path, "error": str(exc)}},
-            )
-            return None
-        self._failed_at = None
-        self._db = db
-        return db
+                item = self.queue.get(block, timeout=max(wait, 0.001))
+            except queue.Empty:
+                return
+            if item is _STOP:
+                return
+            assert isinstance(item, list)
+            batch.extend(item)
+            block = False
 
-    def _write(self, batch: list[tuple[Any, ...]]) -> None:
-        db = self._open()
-        if db is None:
-            self._broken.drop(len(batch), path=self.path)
+    def _flush(self, batch: list[Row]) -> bool:
+        """Write `batch`; False (and the batch kept) when the store is unavailable."""
+        if not self._opened():
+            return False
+        try:
+            self.store.write(batch)
+        except StoreUnavailable as exc:
+            self._failed("write", self._down, str(exc))
+            return False
+        except StoreRejected:
+            self._one_by_one(batch)
+        else:
+            self._wrote(len(batch))
+        batch.clear()
+        if self._failures:
+            fields = {"store": self.store.where}
+            log.info("incident store available again", extra={"fields": fields})
+            self._failures = 0
+        return True
+
+    def _one_by_one(self, batch: list[Row]) -> None:
+        """A batch the store refused: each row that it takes is written, the others dropped."""
+        for row in batch:
+            try:
+                self.store.write([row])
+            except (StoreRejected, StoreUnavailable) as exc:
+                self._drop("rejected", 1, self._rejected, error=str(exc))
+            else:
+                self._wrote(1)
+
+    def _opened(self) -> bool:
+        try:
+            self.store.open()
+        except StoreUnavailable as exc:
+            self._failed("open", self._unopened, str(exc))
+            return False
+        return True
+
+    def _finish(self, batch: list[Row]) -> None:
+        """At shutdown: what is queued is written while the store answers and time is left;
+        then the rest is dropped, and counted."""
+        while time.monotonic() < self._deadline:
+            self._take(batch, wait=0)
+            if not batch or not self._flush(batch):
+                break
+        while True:
+            self._take(batch, wait=0)
+            if not batch:
+                return
+            self._drop("unavailable", len(batch), self._lost, store=self.store.where)
+            batch.clear()
+
+    def _prune(self) -> None:
+        self._next_prune = time.monotonic() + self.retention.every
+        if not self.retention.active or not self.store.present() or not self._opened():
             return
-        names = ", ".join(COLUMNS)
-        marks = ", ".join("?" for _ in COLUMNS)
         try:
-            with db:
-                db.executemany(f"INSERT INTO incidents ({names}) VALUES ({marks})", batch)
-            self.written += len(batch)
-        except (sqlite3.Error, OSError) as exc:
-            self._broken.drop(len(batch), path=self.path, error=str(exc))
-            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
-                exc, sqlite3.OperationalError
-            ):
-                db.close()  # corrupt or replaced: open afresh next time
-                self._db = None
-                self._failed_at = time.monotonic()
+            done = prune(self.store, self.retention)
+        except StoreUnavailable as exc:
+            self._failed("prune", self._down, str(exc))
+            return
+        if done.by_age or done.by_rows:
+            if self.counts is not None:
+                self.counts.incidents_deleted("age", done.by_age)
+                self.counts.incidents_deleted("rows", done.by_rows)
+            fields = {"by_age": done.by_age, "by_rows": done.by_rows, "store": self.store.where}
+            log.info("incidents deleted by retention", extra={"fields": fields})
 
+    def _pause(self) -> float:
+        return float(min(RETRY_FIRST * 2 ** (self._failures - 1), RETRY_MOST))
 
-def _migrate(db: sqlite3.Connection) -> None:
-    """Bring a database written by an older spillguard up to VERSION."""
-    (version,) = db.execute("PRAGMA user_version").fetchone()
-    if version < VERSION:
-        if "kind" not in _columns(db):
-            db.execute(f"ALTER TABLE incidents ADD COLUMN kind TEXT NOT NULL DEFAULT '{LEAK}'")
-        db.execute(f"PRAGMA user_version = {VERSION}")
-        db.commit()
+    def _failed(self, operation: str, throttle: Throttle, error: str) -> None:
+        self._failures += 1
+        if self.counts is not None:
+            self.counts.incident_store_failed(operation)
+        throttle.add(1, store=self.store.where, error=error)
 
+    def _wrote(self, count: int) -> None:
+        self.written += count
+        if self.counts is not None:
+            self.counts.incidents_written(count)
 
-def _columns(db: sqlite3.Connection) -> set[str]:
-    return {row[1] for row in db.execute("PRAGMA table_info(incidents)")}
-
-
-# ---- reading ------------------------------------------------------------------------------
-
-
-class IncidentDbError(Exception):
-    """The incident database cannot be read."""
-
-
-RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
-UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_since(text: str, now: datetime | None = None) -> str:
-    """An ISO date or time (UTC unless it says otherwise), or a span back from now: 30m, 1h, 2d,
-    1w. Returns the ISO UTC form the database stores."""
-    now = now or datetime.now(UTC)
-    match = RELATIVE.match(text)
-    if match:
-        amount, unit = float(match.group(1)), match.group(2).lower()
-        return iso(now - timedelta(**{UNITS[unit]: amount}))
-    try:
-        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(
-            f"--since {text!r}: expected an ISO date or time, or a span like 30m, 1h, 2d, 1w"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return iso(when)
-
-
-@dataclass
-class Filters:
-    since: str | None = None  # ISO UTC, as parse_since returns it
-    model: str | None = None
-    family: str | None = None
-    kind: str | None = None
-
-    def where(self) -> tuple[str, list[Any]]:
-        terms, args = [], []
-        for column, value, op in (
-            ("time", self.since, ">="),
-            ("model", self.model, "="),
-            ("family", self.family, "="),
-            ("kind", self.kind, "="),
-        ):
-            if value is not None:
-                terms.append(f"{column} {op} ?")
-                args.append(value)
-        return (" WHERE " + " AND ".join(terms) if terms else ""), args
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    file = Path(path)
-    if not file.is_file():
-        raise IncidentDbError(f"no incident database at {path}")
-    try:
-        db = sqlite3.connect(file.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
-        db.row_factory = sqlite3.Row
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as exc:
-        raise IncidentDbError(f"cannot read {path}: {exc}") from None
-    return db
-
-
-def _readable(db: sqlite3.Connection) -> bool:
-    """True when the database has incidents. One written before kinds were recorded is read
-    through a view that calls every row a leak (the file itself is opened read-only)."""
-    row = db.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'incidents'"
-    ).fetchone()
-    if row is None:
-        return False
-    if "kind" not in _columns(db):
-        db.execute(f"CREATE TEMP VIEW incidents AS SELECT *, '{LEAK}' AS kind FROM main.incidents")
-    return True
-
-
-def read_incidents(path: str, filters: Filters, limit: int | None = None) -> list[dict[str, Any]]:
-    """Matching incidents, oldest first; with a limit, the most recent `limit` of them."""
-    db = _connect(path)
-    try:
-        if not _readable(db):
-            return []
-        where, args = filters.where()
-        sql = f"SELECT {', '.join(COLUMNS)} FROM incidents{where} ORDER BY time DESC, id DESC"
-        if limit:
-            sql += " LIMIT ?"
-            args.append(limit)
-        try:
-            rows = [dict(r) for r in db.execute(sql, args)]
-        except sqlite3.Error as exc:
-            raise IncidentDbError(f"cannot read {path}: {exc}") from None
-        rows.reverse()
-        return rows
-    finally:
-        db.close()
-
-
-STATS_COLUMNS = ("model", "kind", "family", "incidents", "requests", "first", "last")
-
-
-def incident_stats(path: str, filters: Filters) -> list[dict[str, Any]]:
-    """Counts per model, kind and family, most incidents first."""
-    db = _connect(path)
-    try:
-        if not _readable(db):
-            return []
-        where, args = filters.where()
-        sql = (
-            "SELECT model, kind, family, count(*) AS incidents,"
-            " count(DISTINCT request_id) AS requests,"
-            f" min(time) AS first, max(time) AS last FROM incidents{where}"
-            " GROUP BY model, kind, family ORDER BY incidents DESC, model, kind, family"
-        )
-        try:
-            return [dict(r) for r in db.execute(sql, args)]
-        except sqlite3.Error as exc:
-            raise IncidentDbError(f"cannot read {path}: {exc}") from None
-    finally:
-        db.close()
-
-
-def table(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], width: int = 60) -> str:
-    """Rows as an aligned text table, cells on one line and cut at `width` characters."""
-
-    def cell(value: Any) -> str:
-        text = "" if value is None else str(value)
-        text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
-        return text if len(text) <= width else text[: width - 1] + "…"
-
-    body = [[cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(line[i]) for line in body]) for i, c in enumerate(columns)]
-    lines = [list(columns), *body]
-    return "\n".join(
-        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
+    def _drop(self, reason: str, count: int, throttle: Throttle, **fields: Any) -> None:
+        if self.counts is not None:
+            self.counts.incidents_dropped(reason, count)
+        throttle.add(count, **fields)

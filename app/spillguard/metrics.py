@@ -14,6 +14,11 @@ from that variable, so it must be set before the workers start.
     spillguard_upstream_latency_seconds{route}       time spent waiting on the upstream
     spillguard_added_latency_seconds{route}          spillguard's own time: total - upstream
     spillguard_streams_open                          streamed responses in progress
+    spillguard_refusals_total{reason}                requests spillguard refused itself
+    spillguard_incidents_written_total               incident rows stored
+    spillguard_incidents_dropped_total{reason}       queue_full, unavailable, rejected
+    spillguard_incident_store_errors_total{operation}  open, write, prune attempts that failed
+    spillguard_incidents_deleted_total{rule}         deleted by retention: age, rows
 """
 
 from __future__ import annotations
@@ -169,6 +174,41 @@ class Metrics:
             buckets=ADDED_BUCKETS,
             registry=own,
         )
+        self.refusals = Counter(
+            "spillguard_refusals_total",
+            "Requests spillguard refused itself, by reason: its error code in lower case "
+            "(invalid_proxy_key 401, headers_too_large 431, overloaded 503, request_too_large "
+            "413, request_timeout 408, invalid_path 400).",
+            ["reason"],
+            registry=own,
+        )
+        self.incidents_stored = Counter(
+            "spillguard_incidents_written",
+            "Incident rows written to the incident store.",
+            registry=own,
+        )
+        self.incidents_lost = Counter(
+            "spillguard_incidents_dropped",
+            "Incident rows not recorded, by reason: queue_full (the store fell behind), "
+            "unavailable (the store was still down at shutdown), rejected (the store refused "
+            "the row).",
+            ["reason"],
+            registry=own,
+        )
+        self.incident_store_errors = Counter(
+            "spillguard_incident_store_errors",
+            "Failed attempts to use the incident store, by operation (open, write, prune); the "
+            "rows wait and are tried again.",
+            ["operation"],
+            registry=own,
+        )
+        self.incidents_pruned = Counter(
+            "spillguard_incidents_deleted",
+            "Incident rows deleted by retention, by rule: age (incident_retention) or rows "
+            "(incident_max_rows).",
+            ["rule"],
+            registry=own,
+        )
         self.streams_open = Gauge(
             "spillguard_streams_open",
             "Streamed responses (stream: true) being sent to clients right now.",
@@ -190,11 +230,31 @@ class Metrics:
         kind = ERROR_KINDS.get(outcome.error or "")
         if kind:
             self.upstream_errors.labels(kind).inc()
+        if outcome.error and 400 <= outcome.status < 500:  # refused by its route
+            self.refused(outcome.error)
         if outcome.upstream_calls:
             upstream = outcome.upstream_ms / 1000
             added = max(outcome.total_ms / 1000 - upstream, 0.0)
             self.upstream_latency.labels(outcome.route).observe(upstream)
             self.added_latency.labels(outcome.route).observe(added)
+
+    def refused(self, code: str) -> None:
+        self.refusals.labels(code.lower()).inc()
+
+    # ---- the incident writer's (`incidents.Counts`), from its thread ---------------------
+
+    def incidents_written(self, count: int) -> None:
+        self.incidents_stored.inc(count)
+
+    def incidents_dropped(self, reason: str, count: int) -> None:
+        self.incidents_lost.labels(reason).inc(count)
+
+    def incident_store_failed(self, operation: str) -> None:
+        self.incident_store_errors.labels(operation).inc()
+
+    def incidents_deleted(self, rule: str, count: int) -> None:
+        if count:
+            self.incidents_pruned.labels(rule).inc(count)
 
     def stream_opened(self) -> None:
         self.streams_open.inc()

@@ -1,5 +1,6 @@
 """The observer: every outcome, recorded once - logged (one line), counted (the metrics) and,
-for each finding, written to the incident record.
+for each finding, written to the incident record (`incidents.py`, to the store the settings
+name). A request refused before any route (`limits.py`) is a `Refusal`: a line and a count.
 
 Nothing here may carry a key: outcomes hold none, and every log line, metric label and incident
 row goes through `Redactor` as a safety net for the configured keys and anything shaped like a
@@ -9,12 +10,15 @@ token.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
+from .incident_store import open_store
 from .incidents import IncidentWriter
 from .metrics import Metrics
 from .outcome import Outcome
 from .redact import Redactor
+from .retention import Retention
 from .settings import Settings
 
 log = logging.getLogger("spillguard")
@@ -33,6 +37,36 @@ LOGGED = (
     "upstream_calls",
 )
 
+PATH_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request spillguard answered itself before any route: its error code and status, and
+    where it was going - never anything of its body or headers but the request id."""
+
+    request_id: str
+    method: str
+    path: str
+    status: int
+    code: str
+
+    @property
+    def reason(self) -> str:
+        return self.code.lower()
+
+
+def log_refusal(refusal: Refusal) -> None:
+    fields = {
+        "request_id": refusal.request_id,
+        "method": refusal.method,
+        "path": refusal.path[:PATH_CHARS],
+        "status": refusal.status,
+        "error": refusal.code,
+        "reason": refusal.reason,
+    }
+    log.info("refused", extra={"fields": fields})
+
 
 class Observer:
     """Receives every outcome, once: one log line, the metrics, the incident record."""
@@ -44,7 +78,13 @@ class Observer:
         self._level = max(self._leak_level, logging.INFO)
         self.metrics = Metrics(settings, self.redact)
         self.incidents = (
-            IncidentWriter(settings.incidents_db, settings.incident_excerpt_limit, self.redact)
+            IncidentWriter(
+                open_store(settings.incidents_db),
+                settings.incident_excerpt_limit,
+                self.redact,
+                retention=Retention.from_settings(settings),
+                counts=self.metrics,
+            )
             if settings.incidents_db
             else None
         )
@@ -77,6 +117,14 @@ class Observer:
                 )
         if outcome.stream_closed():
             self.metrics.stream_closed()
+
+    def refused(self, refusal: Refusal) -> None:
+        """A request refused before any route: one line, one count."""
+        try:
+            log_refusal(refusal)
+            self.metrics.refused(refusal.code)
+        except Exception as exc:  # recording must never fail a request
+            log.error("refusal not recorded", extra={"fields": {"error": repr(exc)}})
 
     def _incidents(self, outcome: Outcome) -> None:
         if self.incidents is not None:

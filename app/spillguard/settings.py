@@ -8,6 +8,8 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .spans import parse_span
+
 PROVIDERS = {
     "xai": "https://api.x.ai/v1",
     "deepseek": "https://api.deepseek.com/v1",
@@ -64,7 +66,14 @@ class Settings(BaseSettings):
     workers: Annotated[int, Field(ge=1)] = 1
     incidents_db: str = Field(
         "spillguard-incidents.sqlite3",
-        description="SQLite file recording every finding ('' disables the incident record).",
+        description="SQLite file, or a postgresql:// URL shared by a fleet, recording every "
+        "finding ('' disables the incident record).",
+    )
+    incident_retention: str = Field(
+        "30d", description="Incidents older than this are deleted: 12h, 30d, 2w ('' keeps them)."
+    )
+    incident_max_rows: Annotated[int, Field(ge=0)] = Field(
+        1_000_000, description="Incidents kept at most, the oldest deleted first (0: no cap)."
     )
     incident_excerpt_limit: Annotated[int, Field(ge=0)] = Field(
         4000, description="Characters of leaked text kept per incident."
@@ -98,6 +107,23 @@ class Settings(BaseSettings):
                 raise ValueError(f"cannot read proxy_key_file: {exc.strerror}") from None
             object.__setattr__(self, "proxy_keys", self.proxy_keys + keys)
         return self
+
+    @field_validator("incidents_db")
+    @classmethod
+    def _incidents_target(cls, value: str) -> str:
+        scheme = value.partition("://")[0].lower() if "://" in value else None
+        if scheme not in (None, "postgresql", "postgres"):
+            raise ValueError("a SQLite file path or a postgresql:// URL")
+        return value
+
+    @field_validator("incident_retention")
+    @classmethod
+    def _retention(cls, value: str) -> str:
+        value = value.strip()
+        span = parse_span(value)
+        if value not in ("", "0") and (span is None or span.total_seconds() <= 0):
+            raise ValueError("a span such as 12h, 30d or 2w ('' or 0 keeps incidents)")
+        return value
 
     @field_validator("leak_log_level", "log_level")
     @classmethod
