@@ -78,7 +78,18 @@ _TAIL_END = 80  # how far before the end `_AT_END` looks
 # _REACH characters before such a place (its line starts and look-behinds need that) to
 # _WINDOW after it.
 _TRIGGER = re.compile(r"[<\[\]◁`\\~]")
-_LITERALS = ("to=functions.", "functools[", "Action:", "function", "DSM", '"""', "'''", "::", "..")
+_LITERALS = re.compile(r"to=functions\.|functools\[|Action:|function|DSM|\"\"\"|'''|::|\.\.")
+# A delta with none of these characters can begin no event on a line already past its start
+# (`feed`'s fast path); the last two guard the tail partials of a recipient and `functools[`.
+_QUIET = re.compile(r"[<\[\]◁`\\~\n:=]|'''|\"\"\"|['\"]\Z")
+_QUIET_TAIL = re.compile(
+    r"(?:assistant|commentary|analysis|final|[.!?>]) ?[a-z=]{0,13}\Z"
+    r"|(?<!\w)f(?:" + _prefixes("unctools[") + r")\Z"
+)
+# How far into a line its start may still matter to an event at the end of the text: its
+# indentation, a fence run after a list marker, `Action:`, `functions.`, `|DSML|` (directives
+# are told by their leading `..`).
+_LINE_START_REACH = 20
 _REACH = 32
 _WINDOW = 96
 
@@ -199,9 +210,16 @@ class Scanner:
             return ""
         self._pending.append(text)
         self._pending_len += len(text)
-        self._tail += text
         fresh = self._after_probe is None
-        self._judge(final=False)
+        if self._quiet(text):
+            self._pos += len(text)
+            if len(self._head) < _LINE_CAP:
+                self._head += text[: _LINE_CAP - len(self._head)]
+            self._tail = (self._tail + text)[-_CONTEXT:]
+            self._ctx = len(self._tail)
+        else:
+            self._tail += text
+            self._judge(final=False)
         if self._marker_family is None:
             if self._probe is not None and self._probe.alive:
                 self._probe.feed(text)
@@ -284,6 +302,21 @@ class Scanner:
 
     # ---- the judge ---------------------------------------------------------------------------
 
+    def _quiet(self, text: str) -> bool:
+        """Nothing in `text` can begin an event or finish one the judge is waiting on: the
+        judge has nothing undecided, is in plain text, well into a line, and `text` has none of
+        the characters any event needs (nor ends in a partial recipient or `functools[`)."""
+        return (
+            self._ctx == len(self._tail)
+            and self._block is _Block.TEXT
+            and not (self._opening or self._ticks or self._closer_next or self._rst_next >= 0)
+            and self._pos - self._line_start >= _LINE_START_REACH
+            and self._head.lstrip(" \t")[:1] != "."  # a reST directive names itself late
+            and self._tail[-1:] not in ".!?:>"
+            and _QUIET.search(text) is None
+            and _QUIET_TAIL.search(self._tail[-16:] + text) is None
+        )
+
     def _judge(self, final: bool) -> None:
         """Read the undecided text as far as it can be decided; keep the rest for later."""
         t, i = self._tail, self._ctx
@@ -345,17 +378,24 @@ class Scanner:
         """The first place from `i` on where an event can begin, or len(t) if none can."""
         first = len(t)
         cache = self._next
-        for key in ("", *_LITERALS):
+        for key, pattern in (("c", _TRIGGER), ("l", _LITERALS)):
             at = cache.get(key, -1)
             if at < i:
-                if key:
-                    found = t.find(key, i)
-                else:
-                    m = _TRIGGER.search(t, i)
-                    found = m.start() if m else -1
-                at = cache[key] = found if found >= 0 else len(t)
+                m = pattern.search(t, i)
+                at = cache[key] = m.start() if m else len(t)
             first = min(first, at)
         return first
+
+    def _at_end(self, t: str, i: int) -> re.Match[str] | None:
+        """An event that may still form at the end of the text: looked for from the start of a
+        short last line (its start may matter), else in the last characters only."""
+        n = len(t)
+        newline = t.rfind("\n", max(i - 1, n - 64))
+        if newline >= 0 and (
+            n - newline <= _LINE_START_REACH + 1 or t[newline + 1 :].lstrip(" \t")[:1] == "."
+        ):
+            return _AT_END.search(t, max(i, newline + 1))
+        return _AT_END.search(t, max(i, n - 16))
 
     def _text(self, t: str, i: int, final: bool) -> int:
         if self._opening is not None:
@@ -379,7 +419,7 @@ class Scanner:
         if first < n:
             m = _EVENT.search(t, max(i, first - _REACH), min(n, first + _WINDOW))
         if not final:
-            end = _AT_END.search(t, max(i, n - _TAIL_END))
+            end = self._at_end(t, i)
             # Only when nothing may begin before it: an empty window says nothing past itself.
             bound = m.start() if m is not None else first if first < n else n
             if end is not None and end.start() <= bound:
