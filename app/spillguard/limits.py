@@ -1,16 +1,20 @@
 """ASGI middleware in front of the proxy routes: header size, proxy keys, bounded concurrency.
 
 Pure ASGI (no BaseHTTPMiddleware), so a streamed response counts as in flight until it ends.
+Every refusal is observed: a `refused` log line and spillguard_refusals_total{reason}, through
+the observer (`observe.Refusal`); nothing of the request but its method, path and request id.
 """
 
 from __future__ import annotations
 
 import hmac
+import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import ClientError
+from .observe import Observer, Refusal, log_refusal
 from .settings import Settings
 
 MAX_HEADERS = 200
@@ -41,12 +45,22 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return None
 
 
+def request_id(headers: list[tuple[bytes, bytes]]) -> str:
+    """The client's x-request-id (cut as the handlers cut it), or a new one."""
+    for name, value in headers:
+        if name == b"x-request-id" and value:
+            return value.decode("latin-1")[:128]
+    return f"sg-{uuid.uuid4().hex}"
+
+
 class Limits:
     """On /v1 routes: refuses oversized headers (431), requires a proxy key when configured
-    (401), and answers 503 with retry-after past `max_concurrency` requests in flight."""
+    (401), and answers 503 with retry-after past `max_concurrency` requests in flight. Each
+    refusal goes to `observer` (without one, as a log line only)."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, observer: Observer | None = None) -> None:
         self.app = app
+        self.observer = observer
         self.keys = [k.get_secret_value().encode() for k in settings.proxy_keys]
         self.limit = settings.max_concurrency
         self.in_flight = 0
@@ -61,24 +75,37 @@ class Limits:
             or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES
         ):
             error = ClientError(431, "HEADERS_TOO_LARGE", "Request headers are too large")
-            for message in _reject(error, []):
-                await send(message)
+            await self._refuse(scope, send, error, [])
             return
         if self.keys and not self._authorized(headers):
             error = ClientError(401, "INVALID_PROXY_KEY", "Missing or invalid spillguard key")
-            for message in _reject(error, [(b"www-authenticate", b"Bearer")]):
-                await send(message)
+            await self._refuse(scope, send, error, [(b"www-authenticate", b"Bearer")])
             return
         if self.limit and self.in_flight >= self.limit:
             error = ClientError(503, "OVERLOADED", "spillguard is at its concurrency limit")
-            for message in _reject(error, [(b"retry-after", b"1")]):
-                await send(message)
+            await self._refuse(scope, send, error, [(b"retry-after", b"1")])
             return
         self.in_flight += 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+
+    async def _refuse(
+        self, scope: Scope, send: Send, error: ClientError, extra: list[tuple[bytes, bytes]]
+    ) -> None:
+        rid = request_id(scope["headers"])
+        ids = [
+            (b"x-request-id", rid.encode("latin-1")),
+            (b"x-spillguard-request-id", rid.encode("latin-1")),
+        ]
+        for message in _reject(error, [*extra, *ids]):
+            await send(message)
+        refusal = Refusal(rid, scope["method"], scope["path"], error.status, error.code)
+        if self.observer is not None:
+            self.observer.refused(refusal)
+        else:
+            log_refusal(refusal)
 
     def _authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
         token = bearer(headers) or b""
