@@ -90,6 +90,7 @@ _QUIET_TAIL = re.compile(
 # indentation, a fence run after a list marker, `Action:`, `functions.`, `|DSML|` (directives
 # are told by their leading `..`).
 _LINE_START_REACH = 20
+_LINE_OPENERS = frozenset("-*+0123456789`~.fA|｜‖\\\t<[]◁")
 _REACH = 32
 _WINDOW = 96
 
@@ -302,6 +303,16 @@ class Scanner:
 
     # ---- the judge ---------------------------------------------------------------------------
 
+    def _line_settled(self) -> bool:
+        """The current line's start can no longer matter to an event at the end of the text:
+        it is far enough behind, or its first character opens nothing a line start can."""
+        first = self._head.lstrip(" ")[:1]
+        if first == ".":  # a reST directive names itself late
+            return False
+        if self._pos - self._line_start >= _LINE_START_REACH:
+            return True
+        return first != "" and first not in _LINE_OPENERS
+
     def _quiet(self, text: str) -> bool:
         """Nothing in `text` can begin an event or finish one the judge is waiting on: the
         judge has nothing undecided, is in plain text, well into a line, and `text` has none of
@@ -310,8 +321,7 @@ class Scanner:
             self._ctx == len(self._tail)
             and self._block is _Block.TEXT
             and not (self._opening or self._ticks or self._closer_next or self._rst_next >= 0)
-            and self._pos - self._line_start >= _LINE_START_REACH
-            and self._head.lstrip(" \t")[:1] != "."  # a reST directive names itself late
+            and self._line_settled()
             and self._tail[-1:] not in ".!?:>"
             and _QUIET.search(text) is None
             and _QUIET_TAIL.search(self._tail[-16:] + text) is None
