@@ -262,6 +262,25 @@ PARTIAL_CALLS = {
     scope: regex.compile(_alternation(scope, calls_only=True), regex.V0)
     for scope in (Scope.START, Scope.MID)
 }
+_ALPHABET = [chr(c) for c in range(32, 127)] + list("\t\n｜‖▁◁▷")
+
+
+def _followers(prefix: str) -> str:
+    """The characters that may follow `prefix` at the start of some spelling, in either scope:
+    read off the patterns themselves, over every character a spelling's first places can hold
+    (printable ASCII and the special glyphs)."""
+    patterns = (PARTIAL_AT_START, PARTIAL_AT_MID)
+    return "".join(
+        c for c in _ALPHABET if any(p.match(prefix + c, partial=True) is not None for p in patterns)
+    )
+
+
+# For the scanner: what may follow each character that opens a spelling mid-line, and what may
+# come third (so that runs like `<|<|<|` are skipped without a closer look).
+FOLLOWERS = {
+    first: {second: _followers(first + second) for second in _followers(first)} for first in "<[]◁"
+}
+
 PARTIAL_EACH = tuple(regex.compile(r"\\?(?:" + s.pattern + ")", regex.V0) for s in SPELLINGS)
 IN_SCOPE = {
     scope: tuple(i for i, s in enumerate(SPELLINGS) if s.scope in (Scope.ANYWHERE, scope))

@@ -44,13 +44,27 @@ def _prefixes(word: str) -> str:
     return "|".join(re.escape(word[:k]) for k in range(len(word), -1, -1))
 
 
+def _openers(end: str) -> str:
+    """`<`, `[`, `]` or `◁` only where the next two characters can go on to spell something
+    (runs like `<<<<` or `<|<|` are skipped at C speed), or `end` comes before they are seen."""
+
+    def chars(text: str) -> str:
+        return "[" + "".join(re.escape(c) for c in text) + "]"
+
+    parts = []
+    for first, seconds in markers.FOLLOWERS.items():
+        ahead = [re.escape(c) + "(?:" + chars(third) + end + ")" for c, third in seconds.items()]
+        parts.append(re.escape(first) + "(?=" + "|".join(ahead) + end + ")")
+    return "|".join(parts)
+
+
 # Where something may happen in ordinary text. Everything between two matches is published as is.
 # No part of it looks at the end of the text, so it may be searched within a window.
 _EVENT = re.compile(
     r"(?P<fence>^ {0,3}(?:(?:[-*+]|\d{1,9}[.)])[ \t]{1,4})?(?:`{3,}|~{3,}))"
     r"|(?P<directive>^[ \t]{0,16}\.\.[ \t]{1,4}[\w-]{1,40}::)"
     r"|(?P<start>^ {0,3}(?=[fA|｜‖]))"
-    r"|(?P<cand>[<\[\]◁]|\\(?=[<\[])"
+    r"|(?P<cand>" + _openers("") + r"|\\(?=[<\[])"
     r"|(?:(?<=assistant)|(?<=commentary)|(?<=analysis)|(?<=final)|(?<=[.!?:>\n]))"
     r" (?=to=functions\.)"
     r"|(?<!\w)f(?=unctools\[))"
@@ -66,7 +80,7 @@ _AT_END = re.compile(
     r"|(?P<wait>^ {0,3}(?:[-*+]|\d{1,9}[.)]?)?[ \t]{0,4}[`~]{0,2}\Z"  # a fence, or
     r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z"  # a directive, or
     r"|::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z)"  # `::`, triple quotes
-    r"|(?P<cand>\\\Z"  # a marker's prefix (the rest are `_EVENT`'s characters)
+    r"|(?P<cand>[<\[\]◁\\]\Z"  # a marker's first character, at the very end
     r"|(?:(?<=assistant)|(?<=commentary)|(?<=analysis)|(?<=final)|(?<=[.!?:>\n]))"
     r" (?:" + _prefixes("to=functions.") + r")\Z"
     r"|(?<!\w)f(?:" + _prefixes("unctools[") + r")\Z)",
@@ -77,7 +91,7 @@ _TAIL_END = 80  # how far before the end `_AT_END` looks
 # open markers, code spans and fences, and the literals of the rarer events. `_EVENT` looks from
 # _REACH characters before such a place (its line starts and look-behinds need that) to
 # _WINDOW after it.
-_TRIGGER = re.compile(r"[<\[\]◁`\\~]")
+_TRIGGER = re.compile(_openers(r"|\Z") + r"|\\(?=[<\[]|\Z)|[`~]")
 _LITERALS = re.compile(r"to=functions\.|functools\[|Action:|function|DSM|\"\"\"|'''|::|\.\.")
 # A delta with none of these characters can begin no event on a line already past its start
 # (`feed`'s fast path); the last two guard the tail partials of a recipient and `functools[`.
