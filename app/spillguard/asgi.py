@@ -1,6 +1,8 @@
 """The ASGI application: the wiring of settings, upstream, observer, middleware and routes.
 
 The handlers themselves live in `handlers.py`. A wire format is served by adding it to `WIRES`.
+With an Anthropic upstream configured, each wire has a second decision there, for the requests
+that speak Anthropic (`context.py`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from functools import partial
 from fastapi import FastAPI, Request, Response
 from starlette.routing import Route
 
-from . import chat, handlers, responses
+from . import chat, handlers, messages, responses
+from .context import Context, error_body_for
 from .errors import SpillguardError
-from .handlers import Context
 from .limits import Limits
 from .logs import setup_logging
 from .observe import Observer
@@ -26,37 +28,44 @@ from .upstream import Upstream
 from .wire import Wire
 
 log = logging.getLogger("spillguard")
-WIRES: tuple[Wire, ...] = (chat.WIRE, responses.WIRE)  # each served at POST /v1/<wire.path>
+# Each served at POST /v1/<wire.path>.
+WIRES: tuple[Wire, ...] = (chat.WIRE, responses.WIRE, messages.WIRE)
 PROXY_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 def create_app(settings: Settings) -> FastAPI:
     upstream = Upstream(settings)
-    ctx = Context(settings, upstream, Observer(settings))
+    base = settings.anthropic_upstream
+    anthropic = Upstream(settings, f"{base}/v1") if base is not None else None
+    ctx = Context(settings, upstream, Observer(settings), anthropic)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         setup_logging(settings)
         ctx.observer.start()
-        await upstream.start()
-        origin = upstream.origin.split("://", 1)
-        shown = f"{origin[0]}://{origin[-1].rsplit('@', 1)[-1]}"  # never userinfo
-        log.info("spillguard ready", extra={"fields": {"upstream": shown}})
+        for each in ctx.upstreams:
+            await each.start()
+        fields = {"upstream": _shown(upstream)}
+        if anthropic is not None:
+            fields["anthropic_upstream"] = _shown(anthropic)
+        log.info("spillguard ready", extra={"fields": fields})
         try:
             yield
         finally:
-            await upstream.close()
+            for each in ctx.upstreams:
+                await each.close()
             await asyncio.to_thread(ctx.observer.close)
 
     app = FastAPI(
         title="spillguard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.upstream = upstream
+    app.state.anthropic_upstream = anthropic
     app.add_middleware(Limits, settings=settings)
 
     @app.exception_handler(SpillguardError)
-    async def _spillguard_error(_: Request, error: SpillguardError) -> Response:
-        return handlers.error_response(error)
+    async def _spillguard_error(request: Request, error: SpillguardError) -> Response:
+        return handlers.error_response(error, None, error_body_for(request.scope))
 
     # Plain Starlette routes: FastAPI's per-request dependency solving buys nothing for an
     # endpoint that reads the raw request (see bench/RESULTS.md).
@@ -65,11 +74,18 @@ def create_app(settings: Settings) -> FastAPI:
     routes.append(_get("/readyz", partial(handlers.readyz, ctx)))
     routes.append(_get("/metrics", partial(handlers.metrics, ctx)))
     for wire in WIRES:
-        inspect = partial(handlers.inspected, ctx, Decision(settings, upstream, wire))
+        plain = Decision(settings, upstream, wire)
+        routed = Decision(settings, anthropic, wire) if anthropic is not None else plain
+        inspect = partial(handlers.inspected, ctx, plain, routed)
         routes.append(Route(f"/v1/{wire.path}", inspect, methods=["POST"]))
     passthrough = partial(handlers.passthrough, ctx)
     routes.append(Route("/v1/{rest:path}", passthrough, methods=PROXY_METHODS))
     return app
+
+
+def _shown(upstream: Upstream) -> str:
+    scheme, _, rest = upstream.origin.partition("://")
+    return f"{scheme}://{rest.rsplit('@', 1)[-1]}"  # never userinfo
 
 
 def _get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:

@@ -15,6 +15,10 @@ from .settings import Mode, Settings
 
 SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
     ("--upstream", {"help": "upstream base URL, or xai / deepseek / openai"}),
+    (
+        "--anthropic-upstream",
+        {"help": "Anthropic-compatible base URL, or deepseek/moonshot/zai/minimax/anthropic"},
+    ),
     ("--host", {"help": "address to listen on (default 127.0.0.1)"}),
     ("--port", {"type": int, "help": "port to listen on (default 8080)"}),
     ("--mode", {"choices": [m.value for m in Mode], "help": "retry (default), fail or observe"}),

@@ -1,19 +1,25 @@
 """`spillguard demo`: what a client receives with and without spillguard, on a scripted upstream.
 
 Everything runs on loopback: a scripted model that misbehaves the way real ones do, spillguard in
-front of it, and the real `openai` SDK as the client, streamed and not. No network, no key.
+front of it, and the real `openai` SDK as the client, streamed and not. One scenario speaks the
+Anthropic Messages API instead (as Claude Code does to DeepSeek, Kimi or MiniMax), its requests
+sent as they are on the wire. No network, no key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import httpx
 import openai
 
+from . import scripted_anthropic as anthropic
 from .runner import start_background
-from .scripted import Raw, ScriptedUpstream, Turn, attempt, call
+from .scripted import Raw, ScriptedUpstream, Turn, call
 from .settings import Settings
+from .sse import SSEDecoder
 
 TOOLS = [
     {
@@ -60,11 +66,31 @@ SCENARIOS: dict[str, tuple[Turn, Turn]] = {
 }
 
 
+MESSAGES_SCENARIO = "Messages: MiniMax leak"
+MINIMAX_LEAK = (
+    '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Lisbon'
+    "</parameter>\n</invoke>\n</minimax:tool_call>"
+)
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+MESSAGES_TOOLS = [
+    {"name": "get_weather", "description": "Current weather for a city", "input_schema": CITY}
+]
+
+
+def answer(record: dict[str, Any]) -> anthropic.Message:
+    """The Anthropic-compatible model: prose then a MiniMax leak, then the real call on the
+    retry (spillguard's retry is the conversation grown past the one question)."""
+    if len(record["body"]["messages"]) == 1:
+        leak = anthropic.text("Let me check that.\n" + MINIMAX_LEAK)
+        return anthropic.Message([leak], delay=0.02)
+    return anthropic.Message([anthropic.tool_use("get_weather", {"city": "Lisbon"})])
+
+
 def script(record: dict[str, Any]) -> Turn | Raw:
-    body = record.get("body") or {}
-    question = body.get("messages", [{}])[0].get("content", "")
-    first, second = SCENARIOS.get(question, (HONEST, HONEST))
-    return first if attempt(record) == 1 else second
+    """The demo asks one question: a longer conversation is spillguard's retry."""
+    messages = (record.get("body") or {}).get("messages") or [{}]
+    first, second = SCENARIOS.get(messages[0].get("content", ""), (HONEST, HONEST))
+    return first if len(messages) == 1 else second
 
 
 def _short(text: str, width: int = 46) -> str:
@@ -115,11 +141,54 @@ async def ask(client: openai.AsyncOpenAI, question: str, stream: bool) -> str:
         return f"stream error {getattr(exc, 'code', None) or exc.message}"
 
 
+def _message(data: bytes, stream: bool) -> dict[str, Any]:
+    """A Messages reply as a client assembles it: the JSON, or the stream's blocks by index."""
+    if not stream:
+        parsed: dict[str, Any] = json.loads(data)
+        return parsed
+    content: list[dict[str, Any]] = []
+    decoder = SSEDecoder()
+    for event in decoder.feed(data) + decoder.flush():
+        body = json.loads(event.data) if event.data else {}
+        if body.get("type") == "error":
+            return body
+        if body.get("type") == "content_block_start":
+            content.append({**body["content_block"], "partial_json": ""})
+        elif body.get("type") == "content_block_delta":
+            block, delta = content[body["index"]], body["delta"]
+            for key in ("text", "partial_json"):
+                block[key] = block.get(key, "") + delta.get(key, "")
+    return {"content": content}
+
+
+async def ask_messages(base: str, stream: bool) -> str:
+    """The Messages scenario, as Claude Code sends it: `POST /v1/messages` with the Anthropic
+    headers and Anthropic-shaped tools."""
+    body = {"model": "deepseek-chat", "max_tokens": 512, "tools": MESSAGES_TOOLS}
+    body |= {"messages": [{"role": "user", "content": "Weather in Lisbon?"}], "stream": stream}
+    headers = {"x-api-key": "demo", "anthropic-version": "2023-06-01"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        reply = await http.post(f"{base}/v1/messages", json=body, headers=headers)
+    message = _message(reply.content, stream)
+    if message.get("type") == "error":
+        code = message["error"].get("details", {}).get("error_code")
+        return f"HTTP {reply.status_code} {code}" if reply.status_code != 200 else f"error {code}"
+    text = "".join(b.get("text", "") for b in message["content"] if b["type"] == "text")
+    calls = [b for b in message["content"] if b["type"] == "tool_use"]
+    if calls:
+        args = calls[0].get("partial_json") or json.dumps(calls[0]["input"])
+        return f"tool call {calls[0]['name']}({args})" + (f" after {text!r}" if text else "")
+    return f"text: {text!r}"
+
+
 async def run_demo(out: Any = print) -> int:
     upstream = await ScriptedUpstream(script).start()
-    proxy = await start_background(
-        Settings(upstream=upstream.url, port=0, log_level="ERROR", incidents_db="")
+    claude_like = await anthropic.anthropic_upstream(answer).start()
+    origin = claude_like.url.removesuffix("/v1")
+    settings = Settings(
+        upstream=upstream.url, anthropic_upstream=origin, port=0, log_level="ERROR", incidents_db=""
     )
+    proxy = await start_background(settings)
     rows: list[tuple[str, str, str, str, int]] = []
     try:
         direct = openai.AsyncOpenAI(base_url=upstream.url, api_key="demo", max_retries=0)
@@ -131,8 +200,15 @@ async def run_demo(out: Any = print) -> int:
                 with_sg = await ask(guarded, question, stream)
                 calls = len(upstream.requests) - before
                 rows.append((question, "yes" if stream else "no", without, with_sg, calls))
+        for stream in (False, True):
+            without = await ask_messages(origin, stream)
+            before = len(claude_like.requests)
+            with_sg = await ask_messages(proxy.url.removesuffix("/v1"), stream)
+            calls = len(claude_like.requests) - before
+            rows.append((MESSAGES_SCENARIO, "yes" if stream else "no", without, with_sg, calls))
     finally:
         await proxy.stop()
+        await claude_like.stop()
         await upstream.stop()
     header = ("scenario", "stream", "client gets WITHOUT spillguard", "client gets WITH spillguard")
     widths = [22, 6, 48, 48]

@@ -1,8 +1,9 @@
 """The request handlers: module-level functions of an explicit `Context` and a request.
 
 `asgi.py` binds them to routes. An inspected route reads the body, decides whether it can be
-inspected at all, and hands the exchange to its wire's `Decision`; every other `/v1` path is
-relayed untouched, streaming both ways. Each request's `Outcome` is recorded exactly once.
+inspected at all, and hands the exchange to its wire's `Decision` (the one for the upstream the
+request goes to, `context.py`); every other `/v1` path is relayed untouched, streaming both
+ways. Each request's `Outcome` is recorded exactly once.
 """
 
 from __future__ import annotations
@@ -10,68 +11,23 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
+from .context import READY_FOR, Context, ErrorBody, error_body_for, response_ids
 from .detect import declared_tools
 from .errors import ClientError, SpillguardError
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .observe import Observer
 from .outcome import Outcome
 from .proxy import Decision, Exchange, Head, action_headers, error_headers, open_upstream
-from .settings import Settings
 from .upstream import Upstream, end_to_end
 
 T = TypeVar("T")
-# Request headers never forwarded: the upstream sees its own Host, and bodies are re-framed.
-REQUEST_DROP = frozenset({"host", "content-length", "expect"})
-READY_FOR = 5.0  # seconds a readiness probe's answer is reused
-
-
-@dataclass
-class Readiness:
-    """The last upstream probe, reused for `READY_FOR` seconds."""
-
-    at: float = -READY_FOR
-    ok: bool = False
-
-
-@dataclass
-class Context:
-    """What every handler needs: the settings, the upstream, the observer."""
-
-    settings: Settings
-    upstream: Upstream
-    observer: Observer
-    readiness: Readiness = field(default_factory=Readiness)
-    # The client's key is dropped when spillguard has its own (proxy keys, or a key it injects).
-    _drop: frozenset[str] = field(init=False)
-    _auth: dict[str, str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        s = self.settings
-        own_key = bool(s.proxy_keys or s.upstream_key)
-        self._drop = REQUEST_DROP | (frozenset({"authorization", "api-key"}) if own_key else set())
-        key = s.upstream_key
-        self._auth = {"authorization": f"Bearer {key.get_secret_value()}"} if key else {}
-
-    def upstream_headers(self, request: Request, outcome: Outcome) -> dict[str, str]:
-        """The client's headers as they go upstream: end-to-end ones only, with the request id."""
-        headers = {k: _utf8(v) for k, v in end_to_end(request.headers, self._drop).items()}
-        headers |= self._auth
-        headers["x-request-id"] = outcome.request_id
-        return headers
-
-    def outcome_for(self, request: Request, route: str) -> Outcome:
-        rid = request.headers.get("x-request-id") or f"sg-{uuid.uuid4().hex}"
-        return Outcome(request_id=rid[:128], route=route, mode=self.settings.mode.value)
 
 
 # ---- the service routes ----------------------------------------------------------------------
@@ -84,7 +40,8 @@ async def healthz(ctx: Context, request: Request) -> Response:
 async def readyz(ctx: Context, request: Request) -> Response:
     now, ready = time.monotonic(), ctx.readiness
     if now - ready.at > READY_FOR:
-        ready.at, ready.ok = now, await _probe(ctx.upstream)
+        probes = await asyncio.gather(*(_probe(u) for u in ctx.upstreams))
+        ready.at, ready.ok = now, all(probes)
     body = {"status": "ready" if ready.ok else "upstream unreachable"}
     return JSONResponse(body, status_code=200 if ready.ok else 503)
 
@@ -97,10 +54,15 @@ async def metrics(ctx: Context, request: Request) -> Response:
 # ---- inspected routes ------------------------------------------------------------------------
 
 
-async def inspected(ctx: Context, decision: Decision, request: Request) -> Response:
-    """A route whose replies are inspected (chat completions, responses)."""
+async def inspected(
+    ctx: Context, decision: Decision, anthropic: Decision, request: Request
+) -> Response:
+    """A route whose replies are inspected (chat completions, responses, messages), through
+    `anthropic` (its wire's decision on the Anthropic upstream) when the request goes there."""
+    decision = anthropic if ctx.goes_anthropic(request) else decision
     outcome = ctx.outcome_for(request, decision.wire.route)
-    return await _handled(ctx, outcome, _inspect(ctx, decision, request, outcome))
+    work = _inspect(ctx, decision, request, outcome)
+    return await _handled(ctx, request, outcome, work, decision.wire.error_body)
 
 
 async def _inspect(
@@ -108,7 +70,7 @@ async def _inspect(
 ) -> Response:
     s = ctx.settings
     body = await read_body(request, s.max_body, s.read_timeout)
-    url = ctx.upstream.url(decision.wire.path, request.url.query)
+    url = decision.upstream.url(decision.wire.path, request.url.query)
     obj = _parse(body)
     tools = declared_tools(obj)
     headers = ctx.upstream_headers(request, outcome)
@@ -116,13 +78,13 @@ async def _inspect(
         model = obj.get("model")
         outcome.describe(model if isinstance(model, str) else None, obj.get("stream") is True)
     if not isinstance(obj, dict) or not tools.declared:
-        return await _forward(ctx, request, outcome, url, headers, body)
+        return await _forward(ctx, decision.upstream, request, outcome, url, headers, body)
     ex = Exchange("POST", url, headers, body, obj, tools, outcome)
     if outcome.stream:
         return await _streamed(ctx, decision, request, ex)
     status, rheaders, data = await until_disconnect(request, decision.reply(ex))
     outcome.answered(status)
-    rheaders = _ids(rheaders | action_headers(outcome), outcome)
+    rheaders = response_ids(request.scope, rheaders | action_headers(outcome), outcome)
     return respond(Response(data, status), rheaders)
 
 
@@ -134,7 +96,7 @@ async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exch
         await agen.aclose()
         raise
     assert isinstance(head, Head)
-    headers = _ids(head.headers, ex.outcome)
+    headers = response_ids(request.scope, head.headers, ex.outcome)
 
     async def rest() -> AsyncIterator[bytes]:
         try:
@@ -163,7 +125,8 @@ async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exch
         headers=headers,
         ping=int(ctx.settings.keepalive) or 1,
         sep="\n",
-        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
+        # The wire's own keep-alive (a comment, or Messages' `ping` event), sent as its bytes.
+        ping_message_factory=lambda: cast(ServerSentEvent, decision.wire.keepalive),
         shutdown_grace_period=ctx.settings.graceful_timeout,
     )
     # sse-starlette adds `Connection: keep-alive`; connection management is the server's.
@@ -176,13 +139,15 @@ async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exch
 
 async def passthrough(ctx: Context, request: Request) -> Response:
     outcome = ctx.outcome_for(request, "other")
-    return await _handled(ctx, outcome, _pass(ctx, request, outcome))
+    work = _pass(ctx, request, outcome)
+    return await _handled(ctx, request, outcome, work, error_body_for(request.scope))
 
 
 async def _pass(ctx: Context, request: Request, outcome: Outcome) -> Response:
     s = ctx.settings
     raw_rest = request.scope.get("raw_path", b"").decode("latin-1").split("/v1/", 1)[-1]
-    url = ctx.upstream.url(raw_rest, request.url.query)
+    upstream = ctx.upstream_for(request)
+    url = upstream.url(raw_rest, request.url.query)
     headers = ctx.upstream_headers(request, outcome)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > s.max_body:
@@ -190,11 +155,12 @@ async def _pass(ctx: Context, request: Request, outcome: Outcome) -> Response:
     body: Any = None
     if request.method not in ("GET", "HEAD", "OPTIONS") or declared:
         body = await read_body(request, s.max_body, s.read_timeout)
-    return await _forward(ctx, request, outcome, url, headers, body)
+    return await _forward(ctx, upstream, request, outcome, url, headers, body)
 
 
 async def _forward(
     ctx: Context,
+    upstream: Upstream,
     request: Request,
     outcome: Outcome,
     url: str,
@@ -202,7 +168,7 @@ async def _forward(
     body: Any,
 ) -> Response:
     """Pass a request through untouched, streaming both ways."""
-    opening = open_upstream(ctx.upstream, outcome, request.method, url, headers, body)
+    opening = open_upstream(upstream, outcome, request.method, url, headers, body)
     reply = await until_disconnect(request, opening)
     outcome.answered(reply.status)
 
@@ -217,7 +183,7 @@ async def _forward(
             reply.close()
             ctx.observer.record(outcome)
 
-    rheaders = _ids(end_to_end(reply.headers), outcome)
+    rheaders = response_ids(request.scope, end_to_end(reply.headers), outcome)
 
     async def done() -> None:  # async: on the event loop, never in a thread
         ctx.observer.record(outcome)
@@ -234,14 +200,22 @@ class ClientGone(Exception):
     """The client disconnected while spillguard was still waiting on the upstream."""
 
 
-async def _handled(ctx: Context, outcome: Outcome, work: Awaitable[Response]) -> Response:
-    """Run a route: spillguard's own errors become their error response, a client that left is
-    a 499, and the outcome is recorded once (a streamed body records when it ends)."""
+async def _handled(
+    ctx: Context,
+    request: Request,
+    outcome: Outcome,
+    work: Awaitable[Response],
+    error_body: ErrorBody,
+) -> Response:
+    """Run a route: spillguard's own errors become their error response (`error_body` writes
+    it, in the route's API shape), a client that left is a 499, and the outcome is recorded
+    once (a streamed body records when it ends)."""
     try:
         return await work
     except SpillguardError as error:
         outcome.failed(error.code, error.status)
-        return error_response(error, _ids(error_headers(ctx.settings, error), outcome))
+        headers = response_ids(request.scope, error_headers(ctx.settings, error), outcome)
+        return error_response(error, headers, error_body)
     except ClientGone:
         outcome.client_gone()
         return Response(status_code=499)
@@ -297,10 +271,12 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     return b"".join(parts)
 
 
-def error_response(error: SpillguardError, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        error.json_bytes(), error.status, headers=headers, media_type="application/json"
-    )
+def error_response(
+    error: SpillguardError,
+    headers: dict[str, str] | None = None,
+    error_body: ErrorBody = SpillguardError.json_bytes,
+) -> Response:
+    return Response(error_body(error), error.status, headers=headers, media_type="application/json")
 
 
 def respond(response: Response, headers: dict[str, str]) -> Response:
@@ -310,26 +286,6 @@ def respond(response: Response, headers: dict[str, str]) -> Response:
         values = value.split("\n") if name == "set-cookie" else [value]
         raw.extend((name.encode("latin-1"), v.encode("latin-1")) for v in values)
     return response
-
-
-def _utf8(value: str) -> str:
-    """A header value as the client's bytes meant it: Starlette decodes them as Latin-1, and
-    aiohttp encodes as UTF-8, so UTF-8 bytes would arrive upstream encoded twice."""
-    if value.isascii():
-        return value
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        return value
-
-
-def _ids(headers: dict[str, str], outcome: Outcome) -> dict[str, str]:
-    """The request ids on a response: the upstream's own `x-request-id` passes through (an SDK's
-    `.request_id`, what its provider's support asks for); spillguard's id fills it otherwise,
-    and is always in `x-spillguard-request-id`. Header names here are lower case."""
-    headers.setdefault("x-request-id", outcome.request_id)
-    headers["x-spillguard-request-id"] = outcome.request_id
-    return headers
 
 
 def _parse(body: bytes) -> Any:

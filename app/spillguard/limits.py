@@ -1,6 +1,7 @@
 """ASGI middleware in front of the proxy routes: header size, proxy keys, bounded concurrency.
 
 Pure ASGI (no BaseHTTPMiddleware), so a streamed response counts as in flight until it ends.
+Refusals are in the shape of the API the client speaks (`context.speaks_anthropic`).
 Every refusal is observed: a `refused` log line and spillguard_refusals_total{reason}, through
 the observer (`observe.Refusal`); nothing of the request but its method, path and request id.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .context import error_body_for
 from .errors import ClientError
 from .observe import Observer, Refusal, log_refusal
 from .settings import Settings
@@ -21,8 +23,10 @@ MAX_HEADERS = 200
 MAX_HEADER_BYTES = 64 * 1024
 
 
-def _reject(error: ClientError, extra: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
-    body = error.json_bytes()
+def _reject(
+    scope: Scope, error: ClientError, extra: list[tuple[bytes, bytes]]
+) -> list[dict[str, Any]]:
+    body = error_body_for(scope)(error)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -40,7 +44,7 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
             scheme, _, token = value.partition(b" ")
             return token.strip() if scheme.lower() == b"bearer" else None
     for name, value in headers:
-        if name == b"api-key":  # Azure-style clients
+        if name in (b"x-api-key", b"api-key"):  # Anthropic SDKs; Azure-style clients
             return value.strip()
     return None
 
@@ -99,7 +103,7 @@ class Limits:
             (b"x-request-id", rid.encode("latin-1")),
             (b"x-spillguard-request-id", rid.encode("latin-1")),
         ]
-        for message in _reject(error, [*extra, *ids]):
+        for message in _reject(scope, error, [*extra, *ids]):
             await send(message)
         refusal = Refusal(rid, scope["method"], scope["path"], error.status, error.code)
         if self.observer is not None:

@@ -194,7 +194,7 @@ class Decision:
                 yield self.wire.error_event(error, ex.current)
             else:
                 ex.outcome.answered(error.status)
-                body = error.json_bytes()
+                body = self.wire.error_body(error)
                 headers = error_headers(self.settings, error)
                 yield Head(error.status, headers, sse=False, body=body)
 
@@ -281,7 +281,7 @@ class Decision:
             else:
                 chunk = await reply.wait_chunk(s.keepalive)
                 if chunk is None:  # held back for long: start the response, keep it alive
-                    for item in self._send(ex, attempt, headers, start.idle()):
+                    for item in self._send(ex, attempt, headers, start.idle(self.wire.keepalive)):
                         yield item
                     continue
             outs: list[Out] = []

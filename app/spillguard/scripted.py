@@ -259,11 +259,14 @@ class ScriptedUpstream:
     async def _raw(self, request: web.Request, raw: Raw) -> web.StreamResponse:
         response = web.StreamResponse(status=raw.status, headers=raw.headers)
         await response.prepare(request)
-        for piece in raw.chunks:
-            if raw.delay:
-                await asyncio.sleep(raw.delay)
-            await response.write(piece)
-        await response.write_eof()
+        try:
+            for piece in raw.chunks:
+                if raw.delay:
+                    await asyncio.sleep(raw.delay)
+                await response.write(piece)
+            await response.write_eof()
+        except ConnectionResetError:  # the client hung up (spillguard stops reading a leak)
+            pass
         return response
 
 

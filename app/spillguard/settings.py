@@ -16,6 +16,15 @@ PROVIDERS = {
     "openai": "https://api.openai.com/v1",
 }
 
+# Anthropic-compatible endpoints, as the Anthropic SDK takes them (without /v1).
+ANTHROPIC_PROVIDERS = {
+    "deepseek": "https://api.deepseek.com/anthropic",
+    "moonshot": "https://api.moonshot.ai/anthropic",
+    "zai": "https://api.z.ai/api/anthropic",
+    "minimax": "https://api.minimax.io/anthropic",
+    "anthropic": "https://api.anthropic.com",
+}
+
 DEFAULT_CORRECTION = (
     "Your previous reply wrote a tool call out as text instead of calling the tool. "
     "If a tool is needed, call it through the tool-calling interface; otherwise answer "
@@ -35,6 +44,11 @@ class Settings(BaseSettings):
     upstream: str = Field(
         "http://127.0.0.1:8000/v1",
         description="Base URL an SDK would use, or a provider shortcut: xai, deepseek, openai.",
+    )
+    anthropic_upstream: str | None = Field(
+        None,
+        description="Anthropic-compatible base URL (without /v1), or deepseek, moonshot, zai, "
+        "minimax, anthropic: /v1/messages and every request with anthropic-version go there.",
     )
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
@@ -88,6 +102,17 @@ class Settings(BaseSettings):
         value = PROVIDERS.get(value.strip().lower(), value.strip())
         if not value.startswith(("http://", "https://")):
             raise ValueError("upstream must be an http(s) URL or one of: " + ", ".join(PROVIDERS))
+        return value.rstrip("/")
+
+    @field_validator("anthropic_upstream")
+    @classmethod
+    def _resolve_anthropic(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = ANTHROPIC_PROVIDERS.get(value.strip().lower(), value.strip())
+        if not value.startswith(("http://", "https://")):
+            names = ", ".join(ANTHROPIC_PROVIDERS)
+            raise ValueError(f"anthropic_upstream must be an http(s) URL or one of: {names}")
         return value.rstrip("/")
 
     @field_validator("proxy_keys", mode="before")

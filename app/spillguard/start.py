@@ -38,11 +38,11 @@ class ResponseStart:
         self._held.append(data)
         return None
 
-    def idle(self) -> Send:
+    def idle(self, keepalive: bytes = KEEPALIVE) -> Send:
         """Nothing publishable for the keep-alive interval: start now and keep the connection
         open. Only before the response has started."""
         assert not self.started, "a started response needs no keep-alive from here"
-        return self._start(KEEPALIVE)
+        return self._start(keepalive)
 
     def next_attempt(self) -> None:
         """A retry begins: what the last attempt held back is dropped (it leaked)."""

@@ -228,11 +228,12 @@ class Reply:
 
 
 class Upstream:
-    """The configured upstream origin and a pooled session to it."""
+    """A configured upstream origin and a pooled session to it: `settings.upstream`, or `base`
+    (the Anthropic upstream's `/v1`)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, base: str | None = None) -> None:
         self.settings = settings
-        parts = urlsplit(settings.upstream)
+        parts = urlsplit(settings.upstream if base is None else base)
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.base_path = parts.path
         self._session: aiohttp.ClientSession | None = None

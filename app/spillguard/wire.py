@@ -16,6 +16,7 @@ from .detect import Anomaly, Finding, ToolSet
 from .errors import SpillguardError
 from .rawjson import append_items
 from .sse import Event, Out
+from .start import KEEPALIVE
 
 
 class Stream(Protocol):
@@ -81,6 +82,10 @@ class Wire:
     item_from_string: Callable[[str], str] | None = None
     # The missing or malformed structured calls of a whole reply (reported, never edited).
     reply_anomalies: Callable[[Any, ToolSet], list[Anomaly]] = lambda reply, tools: []
+    # What keeps a held-back stream open before it has published anything (Messages: `ping`).
+    keepalive: bytes = KEEPALIVE
+    # spillguard's own error as a response body, in the API's error shape.
+    error_body: Callable[[SpillguardError], bytes] = SpillguardError.json_bytes
 
     def retry_request(
         self, raw: bytes, body: dict[str, Any], leaked: str, correction: str

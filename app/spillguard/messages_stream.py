@@ -1,0 +1,352 @@
+"""The Anthropic Messages stream editor: named SSE events in, publishable bytes out.
+
+Events: `message_start`, then per content block `content_block_start`, `content_block_delta`
+(`text_delta`, `thinking_delta`, `signature_delta`, `input_json_delta`, ...) and
+`content_block_stop`, then `message_delta` and `message_stop`; `ping` and `error` anywhere.
+
+Each text and thinking block has its own `TurnScanner` (a block starts its own lines), text on
+its content side, thinking on its reasoning side. Events whose text is published unchanged go
+out as the upstream's bytes. A text block's start waits until the block has text that is not
+whitespace, so a block cut short by a finding is never empty or blank at the client. Once
+markup shows in thinking, everything after it is parked until a call block releases it (the
+thinking was real reasoning after all) or the message ends (then it is a finding). A retry
+spliced into a started stream closes the blocks the client has open, numbers its own blocks
+after them and sends no second `message_start`; its `message_delta` carries its stop reason
+and usage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
+from .sse import Event, Out, encode_event
+
+# An event on its way out: its data, and the upstream's event while the data is unchanged.
+Pending = tuple[dict[str, Any], Event | None]
+DELTA_KEYS = {"text_delta": "text", "thinking_delta": "thinking"}
+MESSAGE_END = ("message_delta", "message_stop")
+
+
+def is_call(kind: Any) -> bool:
+    """A block that is a structured call: `tool_use`, `server_tool_use`, `mcp_tool_use`."""
+    return isinstance(kind, str) and kind.endswith("tool_use")
+
+
+def _dumps(obj: Any) -> str:
+    # ASCII escapes: a lone surrogate from an upstream must not make an event unwritable.
+    return json.dumps(obj, separators=(",", ":"))
+
+
+@dataclass
+class _Block:
+    index: int  # the upstream's
+    kind: str
+    turn: TurnScanner | None  # text and thinking blocks
+    shown: bool = False  # its events may go out (a text block: once it has shown text)
+    client: int | None = None  # its index at the client, once its start went out
+    queued: list[Pending] = field(default_factory=list)  # a text block not yet shown
+    published: list[str] = field(default_factory=list)  # what its scanner let through
+    done: bool = False
+
+    def feed(self, text: str) -> str:
+        assert self.turn is not None
+        turn = self.turn
+        out = turn.feed_content(text) if self.kind == "text" else turn.feed_reasoning(text)
+        self.published.append(out)
+        return out
+
+    def finish(self) -> str:
+        assert self.turn is not None
+        content, reasoning = self.turn.finish()
+        out = content if self.kind == "text" else reasoning
+        self.published.append(out)
+        return out
+
+
+class MessagesStream:
+    def __init__(self, tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> None:
+        self._tools = tools
+        self._hold_limit = hold_limit
+        self._blocks: dict[int, _Block] = {}
+        self._opened: set[int] = set()  # client indexes of blocks started and not stopped
+        self._parked: list[Pending] = []
+        self._parked_bytes = 0
+        self._called = False
+        self._names: list[str | None] = []  # of the tool_use blocks, for `anomalies`
+        self._claimed = False  # the message said it stopped for a tool call
+        self._over = False  # the message ended: thinking markup may count now
+        self._ended = False
+        self._splice = previous is not None
+        self._waiting: _Block | None = None  # the text block whose start is held back
+        self.next = 0  # the next block index at the client (after a splice: past the first's)
+        self._closing: list[Out] = []
+        if previous is not None:
+            self._closing = previous.close_open_blocks()
+            self.next = previous.next
+
+    # ---- what the decision reads ----------------------------------------------------------
+
+    @property
+    def finding(self) -> Finding | None:
+        """Content first, in block order; thinking counts once the message has ended without
+        a call block."""
+        for block in self._blocks.values():
+            if block.kind == "text" and block.turn is not None and block.turn.finding:
+                return block.turn.finding
+        if not self._over or self._called:
+            return None
+        for block in self._blocks.values():
+            if block.kind == "thinking" and block.turn is not None and block.turn.finding:
+                return block.turn.finding
+        return None
+
+    @property
+    def certain(self) -> bool:
+        return self.finding is not None
+
+    @property
+    def can_splice(self) -> bool:
+        return True
+
+    @property
+    def holding(self) -> int:
+        held = sum(b.turn.holding for b in self._blocks.values() if b.turn is not None)
+        held += sum(len(o) for b in self._blocks.values() if not b.shown for o in b.published)
+        return held + self._parked_bytes
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def trailer(self) -> bytes:
+        return b""  # Messages streams end with message_stop, which is an event like the others
+
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        return call_anomalies(self._names, self._claimed, self._tools)
+
+    def leaked_text(self) -> str:
+        """The prose of the text blocks, never the markup: the retry's assistant turn."""
+        return "".join("".join(b.published) for b in self._blocks.values() if b.kind == "text")
+
+    def settle(self) -> None:
+        """Read the family and name from all the markup seen. Idempotent."""
+        for block in self._blocks.values():
+            if block.kind == "text" and block.turn is not None and block.turn.content.marker_seen:
+                block.finish()
+
+    def finish(self) -> list[Out]:
+        """The upstream's stream ended: settle what was held (nothing, after message_stop)."""
+        return self._send_all(self._end())
+
+    def feed(self, event: Event) -> list[Out]:
+        if event.data is None:
+            return [] if self.certain else [Out(event.raw, False)]
+        try:
+            data = json.loads(event.data)
+        except (ValueError, RecursionError):
+            data = None
+        kind = data.get("type") if isinstance(data, dict) else None
+        if not isinstance(kind, str) or self.certain:
+            if self.certain and isinstance(data, dict):
+                self._drain(kind, data)
+            return [] if self.certain else [Out(event.raw, True)]
+        assert isinstance(data, dict)
+        outs, self._closing = self._closing, []
+        parking = self._parking()  # markup seen in thinking before this event
+        pending = self._edit(kind, data, event)
+        if self.certain:
+            return outs + (self._send_all(pending) if not parking else [])
+        if parking and self._parking():
+            self._parked += pending
+            self._parked_bytes += len(event.raw)
+            return outs
+        return outs + self._send_all(pending)
+
+    # ---- editing --------------------------------------------------------------------------
+
+    def _edit(self, kind: str, data: dict[str, Any], event: Event) -> list[Pending]:
+        same: list[Pending] = [(data, event)]
+        index = data.get("index")
+        block = self._blocks.get(index) if isinstance(index, int) else None
+        if kind == "message_start":
+            return [] if self._splice else same
+        if kind == "content_block_start" and isinstance(index, int):
+            return self._start(index, data, event)
+        if kind == "content_block_delta" and block is not None:
+            return self._delta(block, data, event)
+        if kind == "content_block_stop" and block is not None:
+            out = self._finish(block)
+            if self.certain:  # a finding made at the block's end: the leaking part is over
+                self._ended = True
+                return []
+            return out + self._show(block, same, force=True)
+        if kind in MESSAGE_END:
+            delta = data.get("delta")
+            self._claimed |= isinstance(delta, dict) and delta.get("stop_reason") == "tool_use"
+            out = self._end()
+            self._ended |= kind == "message_stop" or self.certain
+            return [] if self.certain else out + same
+        if kind == "ping" and self._waiting is not None:
+            self._waiting.queued.append((data, event))  # kept in its place among the events
+            return []
+        return same
+
+    def _start(self, index: int, data: dict[str, Any], event: Event) -> list[Pending]:
+        opened = data.get("content_block")
+        kind = opened.get("type") if isinstance(opened, dict) else None
+        kind = kind if isinstance(kind, str) else ""
+        turn = TurnScanner(self._tools, self._hold_limit) if kind in ("text", "thinking") else None
+        block = self._blocks[index] = _Block(index, kind, turn)
+        if kind == "tool_use":
+            name = opened.get("name") if isinstance(opened, dict) else None
+            self._names.append(name if isinstance(name, str) else None)
+        if turn is not None and kind == "thinking" and self._called:
+            turn.structured_call()  # after a call, reasoning is not judged
+        self._waiting = block if kind == "text" else None
+        if kind == "text":
+            block.queued.append((data, event))
+            return []
+        block.shown = True
+        return (self._release() if is_call(kind) else []) + [(data, event)]
+
+    def _delta(self, block: _Block, data: dict[str, Any], event: Event) -> list[Pending]:
+        delta = data.get("delta")
+        kind = delta.get("type") if isinstance(delta, dict) else None
+        key = DELTA_KEYS.get(kind) if isinstance(kind, str) else None
+        same: list[Pending] = [(data, event)]
+        if key is None or block.turn is None or key != block.kind:
+            if kind == "signature_delta" and block.kind == "thinking":
+                return self._finish(block) + same  # the signature follows the whole thinking
+            return self._show(block, same)
+        assert isinstance(delta, dict)
+        text = delta.get(key)
+        if not isinstance(text, str):
+            return self._show(block, same)
+        out = block.feed(text)
+        if out == text:
+            return self._show(block, same)
+        return self._show(block, [self._with(data, delta, key, out)] if out else [])
+
+    def _with(self, data: dict[str, Any], delta: dict[str, Any], key: str, text: str) -> Pending:
+        return ({**data, "delta": {**delta, key: text}}, None)
+
+    def _synth(self, block: _Block, text: str) -> Pending:
+        key = "text" if block.kind == "text" else "thinking"
+        delta = {"type": f"{key}_delta", key: text}
+        return ({"type": "content_block_delta", "index": block.index, "delta": delta}, None)
+
+    def _finish(self, block: _Block) -> list[Pending]:
+        """The block's text is complete: what its scanner still held, unless it is markup."""
+        if block.turn is None or block.done:
+            return []
+        block.done = True
+        rest = block.finish()
+        return self._show(block, [self._synth(block, rest)] if rest else [])
+
+    def _show(self, block: _Block, pending: list[Pending], force: bool = False) -> list[Pending]:
+        """A text block's events wait until it has shown non-whitespace text (or ends as the
+        upstream wrote it, `force`); then its start and everything queued go out."""
+        if block.shown:
+            return pending
+        block.queued += pending
+        if not force and not "".join(block.published).strip():
+            return []
+        block.shown = True
+        self._waiting = None
+        out, block.queued = block.queued, []
+        return out
+
+    def _end(self) -> list[Pending]:
+        """The message is over: settle every block, then thinking markup counts."""
+        out: list[Pending] = []
+        for block in self._blocks.values():
+            out += self._finish(block)
+        self._over = True
+        return out
+
+    def _parking(self) -> bool:
+        return not self._called and any(
+            b.kind == "thinking" and b.turn is not None and b.turn.reasoning.marker_seen
+            for b in self._blocks.values()
+        )
+
+    def _release(self) -> list[Pending]:
+        """A call block arrived: held thinking (markup included) goes out, then what was
+        parked behind it, in order."""
+        self._called = True
+        out: list[Pending] = []
+        for block in self._blocks.values():
+            if block.kind == "thinking" and block.turn is not None:
+                text = block.turn.structured_call()
+                if text:
+                    block.published.append(text)
+                    out.append(self._synth(block, text))
+        out += self._parked
+        self._parked, self._parked_bytes = [], 0
+        return out
+
+    def _drain(self, kind: str | None, data: dict[str, Any]) -> None:
+        """After a finding, keep feeding the leaking block so its name and family settle."""
+        index = data.get("index")
+        block = self._blocks.get(index) if isinstance(index, int) else None
+        leaking = block is not None and block.turn is not None and block.turn.content.marker_seen
+        delta = data.get("delta")
+        if kind == "content_block_delta" and leaking and isinstance(delta, dict):
+            text = delta.get("text")
+            if isinstance(text, str) and block is not None:
+                block.feed(text)
+        elif (kind == "content_block_stop" and leaking) or kind in MESSAGE_END:
+            self.settle()
+            self._ended = True
+
+    # ---- sending --------------------------------------------------------------------------
+
+    def _send_all(self, pending: list[Pending]) -> list[Out]:
+        return [self._send(data, event) for data, event in pending]
+
+    def _send(self, data: dict[str, Any], event: Event | None) -> Out:
+        """An event as it goes out: the upstream's bytes while unchanged and at its own index,
+        else re-serialized at the block's index at the client."""
+        kind = str(data.get("type"))
+        index = data.get("index")
+        block = self._blocks.get(index) if isinstance(index, int) else None
+        if block is not None and kind == "content_block_start":
+            block.client, self.next = self.next, self.next + 1
+            self._opened.add(block.client)
+        if block is not None and block.client is not None:
+            if kind == "content_block_stop":
+                self._opened.discard(block.client)
+            if block.client != index:
+                data, event = {**data, "index": block.client}, None
+        if event is not None:
+            return Out(event.raw, _meaningful(data))
+        return Out(encode_event(kind, _dumps(data)), _meaningful(data))
+
+    def close_open_blocks(self) -> list[Out]:
+        """For a splice: stop every block the client has open, at the text it has."""
+        stops = [{"type": "content_block_stop", "index": i} for i in sorted(self._opened)]
+        self._opened.clear()
+        return [Out(encode_event("content_block_stop", _dumps(s))) for s in stops]
+
+
+def _meaningful(data: dict[str, Any]) -> bool:
+    """Something the client shows or acts on (so a response may start for it)."""
+    kind = data.get("type")
+    if kind in ("message_start", "ping"):
+        return False
+    if kind == "content_block_start":
+        opened = data.get("content_block")
+        return isinstance(opened, dict) and is_call(opened.get("type"))
+    if kind == "content_block_delta":
+        delta = data.get("delta")
+        return isinstance(delta, dict) and any(v for k, v in delta.items() if k != "type")
+    return True
+
+
+def new_stream(tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> MessagesStream:
+    return MessagesStream(tools, hold_limit, previous)
