@@ -80,7 +80,7 @@ _AT_END = re.compile(
     r"|(?P<wait>^ {0,3}(?:[-*+]|\d{1,9}[.)]?)?[ \t]{0,4}[`~]{0,2}\Z"  # a fence, or
     r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z"  # a directive, or
     r"|::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z)"  # `::`, triple quotes
-    r"|(?P<cand>[<\[\]◁\\]\Z"  # a marker's first character, at the very end
+    r"|(?P<cand>[<\[\]◁\\][^\n]?\Z"  # a marker's first characters, at the very end
     r"|(?:(?<=assistant)|(?<=commentary)|(?<=analysis)|(?<=final)|(?<=[.!?:>\n]))"
     r" (?:" + _prefixes("to=functions.") + r")\Z"
     r"|(?<!\w)f(?:" + _prefixes("unctools[") + r")\Z)",
