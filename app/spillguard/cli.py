@@ -48,6 +48,14 @@ SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
     ("--incident-max-rows", {"type": int, "help": "incidents kept at most (1000000; 0: no cap)"}),
     ("--incident-excerpt-limit", {"type": int, "help": "characters of leaked text kept (4000)"}),
     ("--metrics-model-limit", {"type": int, "help": "distinct model labels before 'other' (50)"}),
+    (
+        "--otel-traces",
+        {"action": "store_true", "default": None, "help": "OpenTelemetry traces over OTLP"},
+    ),
+    (
+        "--otel-leaked-text",
+        {"action": "store_true", "default": None, "help": "leaked text on the trace's spans"},
+    ),
 ]
 
 

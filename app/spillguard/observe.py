@@ -1,6 +1,7 @@
 """The observer: every outcome, recorded once - logged (one line), counted (the metrics) and,
 for each finding, written to the incident record (`incidents.py`, to the store the settings
-name). A request refused before any route (`limits.py`) is a `Refusal`: a line and a count.
+name) and, with --otel-traces, ends its spans (`tracing.py`). A request refused before any
+route (`limits.py`) is a `Refusal`: a line and a count.
 
 Nothing here may carry a key: outcomes hold none, and every log line, metric label and incident
 row goes through `Redactor` as a safety net for the configured keys and anything shaped like a
@@ -10,6 +11,7 @@ token.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ from .outcome import Outcome
 from .redact import Redactor
 from .retention import Retention
 from .settings import Settings
+from .tracing import Tracing
 
 log = logging.getLogger("spillguard")
 
@@ -88,6 +91,7 @@ class Observer:
             if settings.incidents_db
             else None
         )
+        self.tracing = Tracing.from_settings(settings, self.redact)
 
     def start(self) -> None:
         if self.incidents is not None:
@@ -97,7 +101,18 @@ class Observer:
         """At shutdown (blocking: run it off the event loop): write what is queued."""
         if self.incidents is not None:
             self.incidents.close()
+        if self.tracing is not None:
+            self.tracing.shutdown()
         self.metrics.close()
+
+    def trace(self, scope: Mapping[str, Any], outcome: Outcome) -> None:
+        """A request with this outcome begins (its ASGI scope): its span, when tracing."""
+        if self.tracing is None:
+            return
+        try:
+            self.tracing.begin(scope, outcome)
+        except Exception as exc:  # tracing must never fail a request
+            log.error("request not traced", extra={"fields": {"error": repr(exc)}})
 
     def defer(self, outcome: Outcome) -> None:
         """The response is being streamed: `record` comes when it ends."""
@@ -107,7 +122,7 @@ class Observer:
     def record(self, outcome: Outcome) -> None:
         if not outcome.close():
             return
-        for part in (self._log, self.metrics.observe, self._incidents):
+        for part in (self._log, self.metrics.observe, self._incidents, self._trace_end):
             try:
                 part(outcome)
             except Exception as exc:  # recording must never fail a request
@@ -125,6 +140,10 @@ class Observer:
             self.metrics.refused(refusal.code)
         except Exception as exc:  # recording must never fail a request
             log.error("refusal not recorded", extra={"fields": {"error": repr(exc)}})
+
+    def _trace_end(self, outcome: Outcome) -> None:
+        if self.tracing is not None:
+            self.tracing.finish(outcome)
 
     def _incidents(self, outcome: Outcome) -> None:
         if self.incidents is not None:

@@ -95,6 +95,12 @@ class Settings(BaseSettings):
     metrics_model_limit: Annotated[int, Field(ge=1)] = Field(
         50, description="Distinct model label values per worker before 'other'."
     )
+    otel_traces: bool = Field(
+        False, description="OpenTelemetry traces over OTLP/HTTP (needs the otel extra)."
+    )
+    otel_leaked_text: bool = Field(
+        False, description="Put the leaked text (cut to excerpt_limit) on the trace's spans."
+    )
 
     @field_validator("upstream")
     @classmethod
