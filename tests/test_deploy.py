@@ -76,12 +76,17 @@ def manifest_files() -> list[Path]:
     return sorted(p for p in DEPLOY.rglob("*") if p.suffix in {".yml", ".yaml"})
 
 
-def k8s_docs() -> list[tuple[str, dict[str, Any]]]:
+def k8s_docs(under: Path = K8S) -> list[tuple[str, dict[str, Any]]]:
     return [
-        (f"{p.name}#{i}", doc)
-        for p in sorted(K8S.rglob("*.yaml"))
+        (f"{p.relative_to(K8S)}#{i}", doc)
+        for p in sorted(under.rglob("*.yaml"))
         for i, doc in enumerate(yaml_docs(p))
     ]
+
+
+def sidecar_docs() -> list[tuple[str, dict[str, Any]]]:
+    """The sidecar's manifests (the gateway's, in gateway/, are checked in test_deploy_gateway)."""
+    return [(w, d) for w, d in k8s_docs() if not w.startswith("gateway/")]
 
 
 def env_file(path: Path) -> dict[str, str]:
@@ -139,7 +144,7 @@ def test_kubernetes_schema_validation_can_fail() -> None:
 
 
 def _deployment() -> dict[str, Any]:
-    (found,) = [d for _, d in k8s_docs() if d["kind"] == "Deployment"]
+    (found,) = [d for _, d in sidecar_docs() if d["kind"] == "Deployment"]
     return found
 
 
@@ -211,7 +216,18 @@ def test_sidecar_probes_resources_and_grace() -> None:
 
 def test_sidecar_security_context() -> None:
     pod, sidecar = _pod(), _sidecar()
-    merged = {**pod.get("securityContext", {}), **sidecar["securityContext"]}
+    check_security_context(pod, sidecar)
+    # With a read-only root, the incident database and the metrics' temp dir need emptyDirs.
+    empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
+    db_dir = os.path.dirname(_env(sidecar)["SPILLGUARD_INCIDENTS_DB"]["value"])
+    for path in (db_dir, "/tmp"):
+        assert mounts.get(path) in empty_dirs, f"{path} is not a writable emptyDir"
+
+
+def check_security_context(pod: dict[str, Any], container: dict[str, Any]) -> None:
+    """Non-root as the image's own user, read-only root, no privilege, no capability."""
+    merged = {**pod.get("securityContext", {}), **container["securityContext"]}
     assert merged["runAsNonRoot"] is True
     assert merged.get("runAsUser", 1) != 0
     assert merged["readOnlyRootFilesystem"] is True
@@ -221,12 +237,6 @@ def test_sidecar_security_context() -> None:
     assert not merged["capabilities"].get("add")
     assert merged["seccompProfile"]["type"] == "RuntimeDefault"
     assert str(merged["runAsUser"]) == _dockerfile_uid(), "the image's USER and runAsUser differ"
-    # With a read-only root, the incident database and the metrics' temp dir need emptyDirs.
-    empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
-    mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
-    db_dir = os.path.dirname(_env(sidecar)["SPILLGUARD_INCIDENTS_DB"]["value"])
-    for path in (db_dir, "/tmp"):
-        assert mounts.get(path) in empty_dirs, f"{path} is not a writable emptyDir"
 
 
 def test_keys_come_from_the_example_secret_as_placeholders() -> None:
@@ -259,7 +269,7 @@ def test_service_and_prometheus_annotations_match_the_pod() -> None:
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
     pod = _pod()
-    for _, doc in k8s_docs():
+    for _, doc in sidecar_docs():
         if doc["kind"] == "Service":
             assert doc["spec"]["selector"].items() <= labels.items()
             for port in doc["spec"]["ports"]:
@@ -322,7 +332,7 @@ def test_compose_service_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not {"curl", "wget"} & set(test), "python:*-slim has neither curl nor wget"
     (env_name,) = sg["env_file"]
     assert (DEPLOY / f"{env_name}.example").is_file(), "env_file without its .example"
-    env = env_file(DEPLOY / f"{env_name}.example") | sg["environment"]
+    env = image_env() | env_file(DEPLOY / f"{env_name}.example") | sg["environment"]
     settings = settings_from_env(monkeypatch, env)
     assert _duration(sg["stop_grace_period"]) > settings.graceful_timeout
     assert settings.host == "0.0.0.0"
@@ -756,11 +766,17 @@ def test_dockerfile_base_user_and_exec_form() -> None:
     assert "/healthz" in " ".join(cmd) and not {"curl", "wget"} & set(cmd)
 
 
-def test_dockerfile_configures_only_through_spillguard_variables() -> None:
+def image_env() -> dict[str, str]:
+    """The variables the image's final stage sets."""
     env: dict[str, str] = {}
     for op, args in _final_stage():
         if op == "ENV":
             env |= dict(re.findall(r"(\w+)=(\S+)", args))
+    return env
+
+
+def test_dockerfile_configures_only_through_spillguard_variables() -> None:
+    env = image_env()
     for name in env:
         assert name in SETTINGS_ENV or name == "PATH" or name.startswith("PYTHON"), name
     assert env["SPILLGUARD_HOST"] == "0.0.0.0"
