@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from spillguard import chat, responses
 from spillguard.detect import Finding, inspect_text
+from spillguard.wire import Stream
 from tests.fuzz.chat_bytes import chat_events, chat_reply, chat_view
 from tests.fuzz.responses_bytes import (
     responses_events,
@@ -31,7 +32,7 @@ from tests.fuzz.responses_bytes import (
     responses_view,
     well_formed,
 )
-from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Editor, Turn, drive
+from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Turn, drive
 
 PROSE = [
     "It is sunny in Lisbon, 21 °C.",
@@ -114,7 +115,7 @@ def allowed(turn: Turn, finding: Finding | None) -> tuple[str, str]:
 
 def check(
     turn: Turn,
-    stream: Editor,
+    stream: Stream,
     data: list[bytes],
     whole: tuple[Finding, str] | None,
     seen: Callable[[bytes], tuple[str, str]],

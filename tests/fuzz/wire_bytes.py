@@ -12,10 +12,11 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from spillguard.detect import Finding, declared_tools
-from spillguard.sse import Event, Out, SSEDecoder
+from spillguard.detect import declared_tools
+from spillguard.sse import Event, SSEDecoder
+from spillguard.wire import Stream
 
 TOOLS = declared_tools(
     {
@@ -82,25 +83,6 @@ def cut(text: str, *at: int) -> tuple[str, ...]:
 WEATHER = Call("get_weather", '{"city":"Lisbon"}')
 
 
-class Editor(Protocol):
-    """What the proxy's stream loop uses of a stream editor (ChatStream, ResponsesStream)."""
-
-    @property
-    def finding(self) -> Finding | None: ...
-    @property
-    def certain(self) -> bool: ...
-    @property
-    def ended(self) -> bool: ...
-    @property
-    def trailer(self) -> bytes: ...
-    @property
-    def holding(self) -> int: ...
-    def feed(self, event: Event) -> list[Out]: ...
-    def finish(self) -> list[Out]: ...
-    def settle(self) -> None: ...
-    def leaked_text(self) -> str: ...
-
-
 def decode(data: bytes) -> list[Event]:
     decoder = SSEDecoder()
     return decoder.feed(data) + decoder.flush()
@@ -110,7 +92,7 @@ class HeldTooLong(Exception):
     """The editor held back more than the hold limit: the proxy fails the reply here."""
 
 
-def drive(stream: Editor, pieces: Iterable[bytes], hold_limit: int | None = None) -> bytes:
+def drive(stream: Stream, pieces: Iterable[bytes], hold_limit: int | None = None) -> bytes:
     """Feed the upstream's bytes, piece by piece, through an SSE decoder into `stream`, the way
     the proxy's stream loop does; return what the editor published.
 
@@ -154,14 +136,14 @@ def every_split(data: bytes) -> Iterator[list[bytes]]:
     yield [data[i : i + 1] for i in range(len(data))]
 
 
-def verdict(stream: Editor) -> tuple[Any, ...]:
+def verdict(stream: Stream) -> tuple[Any, ...]:
     """What the decision reads off an editor at the end: the finding and the retry's text."""
     f = stream.finding
     found = None if f is None else (f.family, f.field, f.tool_name, f.start, f.excerpt)
     return found, stream.leaked_text()
 
 
-E = TypeVar("E", bound=Editor)
+E = TypeVar("E", bound=Stream)
 
 
 def every_split_agrees(make: Callable[[], E], data: bytes) -> tuple[bytes, E]:
