@@ -276,9 +276,22 @@ async def test_close_without_done_passes_what_was_sent(stream: bool) -> None:
     async with RawUpstream(close_delimited) as up, serve(up.url, **FAST) as sg:
         r = await asyncio.wait_for(post(sg.url, stream), HANG)
         assert r.status_code == 200
-        assert r.content == sent
+        if stream:  # a delta whose tail could open a marker (". " before a recipient) is
+            # re-framed with the next one: the text is the upstream's, to the character
+            assert _stream_text(r.content) == _stream_text(sent) == PROSE
+        else:
+            assert r.content == sent
         assert "[DONE]" not in r.text
         assert pool_in_use(sg) == 0
+
+
+def _stream_text(body: bytes) -> str:
+    text = ""
+    for event in body.split(b"\n\n"):
+        if event.startswith(b"data: {"):
+            delta = json.loads(event[6:])["choices"][0]["delta"]
+            text += delta.get("content") or ""
+    return text
 
 
 @pytest.mark.parametrize(
