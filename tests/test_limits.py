@@ -203,11 +203,6 @@ async def test_limits_count_refusals_through_the_observer() -> None:
     assert sample("spillguard_refusals_total", {"reason": "overloaded"}) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the asgi.py hook: app.add_middleware(Limits, settings=settings, "
-    "observer=ctx.observer)",
-)
 async def test_middleware_refusals_are_counted_by_the_server(harness: Any) -> None:
     h = await harness(Turn(content="hi"), proxy_keys=("pk-1",))
     async with h.http() as http:

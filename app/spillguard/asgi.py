@@ -61,7 +61,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.upstream = upstream
     app.state.anthropic_upstream = anthropic
-    app.add_middleware(Limits, settings=settings)
+    app.add_middleware(Limits, settings=settings, observer=ctx.observer)
 
     @app.exception_handler(SpillguardError)
     async def _spillguard_error(request: Request, error: SpillguardError) -> Response:

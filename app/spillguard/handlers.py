@@ -61,6 +61,7 @@ async def inspected(
     `anthropic` (its wire's decision on the Anthropic upstream) when the request goes there."""
     decision = anthropic if ctx.goes_anthropic(request) else decision
     outcome = ctx.outcome_for(request, decision.wire.route)
+    ctx.observer.trace(request.scope, outcome)
     work = _inspect(ctx, decision, request, outcome)
     return await _handled(ctx, request, outcome, work, decision.wire.error_body)
 
@@ -139,6 +140,7 @@ async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exch
 
 async def passthrough(ctx: Context, request: Request) -> Response:
     outcome = ctx.outcome_for(request, "other")
+    ctx.observer.trace(request.scope, outcome)
     work = _pass(ctx, request, outcome)
     return await _handled(ctx, request, outcome, work, error_body_for(request.scope))
 
