@@ -81,7 +81,7 @@ def test_a_leak_at_the_start_publishes_nothing_but_the_role_chunk() -> None:
     assert stream.finding is not None
     assert (stream.finding.family, stream.finding.field) == ("deepseek", "content")
     assert (stream.finding.tool_name, stream.finding.start) == ("get_weather", 0)
-    assert stream.leaked_text() == DEEPSEEK
+    assert stream.leaked_text() == ""  # no prose: the retry sends no assistant turn
     assert stream.ended  # the editor read on to [DONE] to settle the name
 
 
@@ -104,7 +104,7 @@ def test_prose_then_a_leak_glued_on_the_next_line() -> None:
     assert stream.finding is not None
     assert (stream.finding.family, stream.finding.tool_name) == ("hermes", "get_weather")
     assert stream.finding.start == len("Let me check that.\n")
-    assert stream.leaked_text() == text
+    assert stream.leaked_text() == "Let me check that.\n"  # the prose, never the markup
 
 
 def test_markup_in_reasoning_without_a_call_is_a_finding() -> None:
@@ -175,7 +175,7 @@ def test_a_leak_in_the_second_choice_stops_the_stream_and_cannot_splice() -> Non
     assert stream.finding is not None
     assert (stream.finding.family, stream.finding.tool_name) == ("dsml", "get_weather")
     assert stream.finding_choice == 1
-    assert stream.leaked_text() == DSML
+    assert stream.leaked_text() == ""  # the leaking choice wrote no prose
     assert stream.can_splice is False
 
 

@@ -381,7 +381,8 @@ async def test_content_that_is_not_a_string_is_retried_intact(content: Any, stre
         assert r.status_code == 200
         retry = json.loads(up.requests[1].body)
         assert retry["messages"][0] == {"role": "user", "content": content}
-        assert retry["messages"][1] == {"role": "assistant", "content": LEAK}
+        # No prose before the markup: no assistant turn, only the correction.
+        assert [m["role"] for m in retry["messages"]] == ["user", "user"]
 
 
 MESSAGES: list[Any] = ["a string", {"role": "user"}, None, [], [None, 3, "x"], 0]

@@ -63,7 +63,8 @@ async def test_retry_mode_recovers_every_family(harness: Any, family: str, strea
         assert message.tool_calls[0].function.name == "get_weather"
     assert h.calls == 2
     retry = h.upstream.requests[1]["body"]
-    assert retry["messages"][-2] == {"role": "assistant", "content": LEAKS[family]}
+    # The model never sees its markup: no prose before it, so no assistant turn at all.
+    assert retry["messages"][:-1] == chat_body()["messages"]
     assert retry["messages"][-1]["role"] == "user"
     assert "tool-calling interface" in retry["messages"][-1]["content"]
 
@@ -78,7 +79,8 @@ async def test_double_leak_fails_with_502(harness: Any, stream: bool) -> None:
     assert r.headers["content-type"].startswith("application/json")
     error = r.json()["error"]
     assert error["code"] == "TEXT_ENCODED_TOOL_CALL"
-    assert error["message"] == "Model returned tool-control text instead of a final answer"
+    message = "TEXT_ENCODED_TOOL_CALL: Model returned tool-control text instead of a final answer"
+    assert error["message"] == message
     assert error["param"] is None
     assert error["meta"]["family"] == "hermes"
     assert error["meta"]["tool_name"] == "get_weather"

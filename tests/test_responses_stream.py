@@ -68,7 +68,7 @@ def test_a_leak_at_the_start_publishes_only_the_openings() -> None:
     assert stream.finding is not None
     assert (stream.finding.family, stream.finding.field) == ("hermes", "content")
     assert (stream.finding.tool_name, stream.finding.start) == ("get_weather", 0)
-    assert stream.leaked_text() == HERMES
+    assert stream.leaked_text() == ""  # no prose: the retry sends no assistant turn
 
 
 def test_prose_then_a_leak_glued_on_the_next_line() -> None:
@@ -85,7 +85,7 @@ def test_prose_then_a_leak_glued_on_the_next_line() -> None:
     assert stream.finding is not None
     assert (stream.finding.family, stream.finding.tool_name) == ("hermes", "get_weather")
     assert stream.finding.start == len(PROSE)
-    assert stream.leaked_text() == text
+    assert stream.leaked_text() == PROSE  # the prose, never the markup
 
 
 def test_markup_in_reasoning_without_a_call_is_a_finding() -> None:
@@ -130,7 +130,7 @@ def test_content_markup_while_parked_behind_reasoning_markup_publishes_no_conten
     well_formed(view)
     assert view.text == {}
     assert stream.finding is not None and stream.finding.field == "content"
-    assert stream.leaked_text() == text
+    assert stream.leaked_text() == "It is sunny.\n"  # the prose before the markup
 
 
 # ---- a retry spliced into the client's stream ------------------------------------------------

@@ -60,7 +60,7 @@ def test_content_wins_over_reasoning_in_a_whole_reply() -> None:
     assert found is not None
     finding, leaked = found
     assert summary(finding) == ("hermes", "get_weather", "content")
-    assert leaked == PROSE + HERMES
+    assert leaked == PROSE  # the prose before the markup, never the markup
 
 
 def test_content_wins_over_reasoning_in_a_stream_cut_anywhere() -> None:

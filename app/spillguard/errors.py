@@ -30,9 +30,14 @@ class SpillguardError(Exception):
         self.message = message
         self.meta = meta
 
+    @property
+    def client_message(self) -> str:
+        """The message as clients get it in the OpenAI shape."""
+        return self.message
+
     def body(self) -> dict[str, Any]:
         error: dict[str, Any] = {
-            "message": self.message,
+            "message": self.client_message,
             "type": self.type,
             "param": None,
             "code": self.code,
@@ -49,8 +54,14 @@ class LeakedToolCall(SpillguardError):
     code = "TEXT_ENCODED_TOOL_CALL"
     type = "upstream_error"
 
-    def __init__(self, meta: dict[str, Any]) -> None:
+    def __init__(self, meta: dict[str, Any], leaked_tokens: int | None = None) -> None:
         super().__init__("Model returned tool-control text instead of a final answer", meta=meta)
+        self.leaked_tokens = leaked_tokens  # what the upstream billed the leaked attempts, if known
+
+    @property
+    def client_message(self) -> str:
+        """With the code in front: some clients (LiteLLM) keep only an error's message."""
+        return f"{self.code}: {self.message}"
 
 
 class UpstreamUnavailable(SpillguardError):

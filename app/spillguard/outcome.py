@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from .detect import Anomaly
+from .usage import Usage
 
 
 class Action(StrEnum):
@@ -27,12 +28,14 @@ class Action(StrEnum):
 
 @dataclass(frozen=True)
 class Leak:
-    """One finding as recorded: the markup family, the tool it names, on which attempt."""
+    """One finding as recorded: the markup family, the tool it names, on which attempt, and
+    what the upstream billed for that attempt (None: its reply did not say)."""
 
     family: str
     tool_name: str | None
     attempt: int
     excerpt: str
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,27 @@ class Outcome:
     def act(self, action: Action) -> None:
         self.action = action
 
-    def finding(self, family: str, tool_name: str | None, attempt: int, excerpt: str) -> None:
+    def finding(
+        self,
+        family: str,
+        tool_name: str | None,
+        attempt: int,
+        excerpt: str,
+        usage: Usage | None = None,
+    ) -> None:
         self.family, self.tool_name = family, tool_name
-        self.findings.append(Leak(family, tool_name, attempt, excerpt))
+        self.findings.append(Leak(family, tool_name, attempt, excerpt, usage))
+
+    @property
+    def leaked_usage(self) -> Usage | None:
+        """What the upstream billed for every attempt that leaked (the client got none of
+        them); None when there was none, or a reply did not say."""
+        total: Usage | None = None
+        for leak in self.findings:
+            if leak.usage is None:
+                return None
+            total = leak.usage if total is None else total + leak.usage
+        return total
 
     def saw(self, anomalies: list[Anomaly], attempt: int) -> None:
         """The reply the client gets has these missing or malformed structured calls."""

@@ -10,75 +10,28 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncGenerator
 
-from .detect import Finding, ToolSet
+from .chains import Chains
+from .correction import correction
+from .detect import Finding
 from .errors import InternalError, LeakedToolCall, ReplyTooLarge, SpillguardError, UpstreamError
-from .outcome import Action, Outcome
+from .exchange import Exchange, Head, action_headers, error_headers, open_upstream
+from .outcome import Action
 from .settings import Mode, Settings
 from .sse import Out, SSEDecoder, SSEError
 from .start import ResponseStart, Send
 from .upstream import Reply, Upstream, end_to_end
+from .usage import Usage
 from .wire import Stream, Wire
+
+# The handlers import the exchange's names from here, beside the decision.
+__all__ = ["Decision", "Exchange", "Head", "action_headers", "error_headers", "open_upstream"]
 
 DRAIN_SECONDS = 1.0  # at most this long reading on after a marker, for the name and family
 log = logging.getLogger("spillguard")
 # Headers of a reply whose body spillguard may rewrite or re-frame.
 REFRAMED = frozenset({"content-length", "content-encoding"})
-
-
-@dataclass
-class Exchange:
-    """One client request on its way through."""
-
-    method: str
-    url: str
-    headers: dict[str, str]  # to send upstream
-    body: bytes
-    obj: dict[str, Any]
-    tools: ToolSet
-    outcome: Outcome
-    current: Stream | None = None  # the stream being edited, for an error event's place in it
-
-
-@dataclass
-class Head:
-    status: int
-    headers: dict[str, str]
-    sse: bool = True
-    body: bytes | None = None  # a complete response (errors) instead of a stream
-
-
-def action_headers(outcome: Outcome) -> dict[str, str]:
-    out = {"x-spillguard-action": str(outcome.action)}
-    if outcome.family:
-        out["x-spillguard-family"] = outcome.family
-    return out
-
-
-def error_headers(settings: Settings, error: SpillguardError) -> dict[str, str]:
-    if isinstance(error, LeakedToolCall) and settings.should_retry_header:
-        return {"x-should-retry": settings.should_retry_header}
-    return {}
-
-
-async def open_upstream(
-    upstream: Upstream,
-    outcome: Outcome,
-    method: str,
-    url: str,
-    headers: Mapping[str, str],
-    body: Any,
-    *,
-    decode: bool = False,
-) -> Reply:
-    """One upstream exchange for `outcome`: counted, every wait on it timed, its status noted."""
-    outcome.calling()
-    reply = await upstream.open(method, url, headers, body, decode=decode, on_wait=outcome.waited)
-    outcome.upstream_answered(reply.status)
-    return reply
 
 
 def _passed(attempt: int) -> Action:
@@ -93,20 +46,22 @@ class Decision:
         self.settings = settings
         self.upstream = upstream
         self.wire = wire
+        self.chains = Chains(settings, wire.chaining)  # spliced responses named later
 
     def _leak(self, ex: Exchange, finding: Finding, attempt: int) -> LeakedToolCall:
         ex.outcome.act(Action.FAILED)
-        return LeakedToolCall(
-            {
-                "tool_name": finding.tool_name,
-                "family": finding.family,
-                "request_id": ex.outcome.request_id,
-                "attempts": attempt,
-            }
-        )
+        meta = {
+            "tool_name": finding.tool_name,
+            "family": finding.family,
+            "request_id": ex.outcome.request_id,
+            "attempts": attempt,
+        }
+        leaked = ex.outcome.leaked_usage
+        return LeakedToolCall(meta, leaked.total_tokens if leaked is not None else None)
 
-    def _note(self, ex: Exchange, finding: Finding, attempt: int) -> None:
-        ex.outcome.finding(finding.family, finding.tool_name, attempt, finding.excerpt)
+    def _note(self, ex: Exchange, finding: Finding, attempt: int, usage: Usage | None) -> None:
+        outcome = ex.outcome
+        outcome.finding(finding.family, finding.tool_name, attempt, finding.excerpt, usage)
 
     async def _open(self, ex: Exchange, body: bytes) -> Reply:
         return await open_upstream(
@@ -116,9 +71,10 @@ class Decision:
     def _retry(self, ex: Exchange, found: tuple[Finding, str], attempt: int) -> bytes:
         """The retry request. One that cannot be written as standard JSON (a body too deep, a
         number out of range, `messages` that is no list) cannot be retried: the leak fails."""
-        finding, leaked = found
+        finding, prose = found
         try:
-            return self.wire.retry_request(ex.body, ex.obj, leaked, self.settings.correction)
+            instruction = correction(self.settings, ex.obj)
+            return self.wire.retry_request(ex.body, ex.obj, prose, instruction)
         except (TypeError, ValueError, RecursionError) as exc:
             log.warning("retry impossible", extra={"fields": {"error": type(exc).__name__}})
             raise self._leak(ex, finding, attempt) from None
@@ -128,6 +84,7 @@ class Decision:
     async def reply(self, ex: Exchange) -> tuple[int, dict[str, str], bytes]:
         """(status, headers, body) for a non-streamed request."""
         s = self.settings
+        self.chains.rewrite(ex)
         body = ex.body
         for attempt in (1, 2):
             ex.outcome.attempt(attempt)
@@ -160,7 +117,7 @@ class Decision:
             ex.outcome.act(_passed(attempt))
             ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
             return None
-        self._note(ex, found[0], attempt)
+        self._note(ex, found[0], attempt, self.wire.reply_usage(parsed))
         if s.mode is Mode.OBSERVE:
             ex.outcome.act(Action.OBSERVED)
             ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
@@ -204,14 +161,18 @@ class Decision:
         return Head(200, headers | action_headers(ex.outcome))
 
     def _send(
-        self, ex: Exchange, attempt: int, headers: dict[str, str], send: Send
+        self, ex: Exchange, attempt: int, headers: dict[str, str], start: ResponseStart, send: Send
     ) -> list[Head | bytes]:
+        if send.data:
+            start.delivered(asyncio.get_running_loop().time())
         return [self._head(ex, attempt, headers), send.data] if send.start else [send.data]
 
     async def _stream(self, ex: Exchange) -> AsyncGenerator[Head | bytes, None]:
         s = self.settings
+        self.chains.rewrite(ex)
         body = ex.body
-        start = ResponseStart()
+        # The client's wait starts now: keep-alives are measured from its side.
+        start = ResponseStart(since=asyncio.get_running_loop().time())
         previous: Stream | None = None
         for attempt in (1, 2):
             ex.outcome.attempt(attempt)
@@ -247,17 +208,19 @@ class Decision:
                     return
                 headers = end_to_end(reply.headers, REFRAMED)
                 stream = ex.current = self.wire.new_stream(ex.tools, s.hold_limit, previous)
-                async for item in self._edit(ex, attempt, reply, stream, start, headers):
+                edit = self._edit(ex, attempt, reply, stream, start, headers, previous is not None)
+                async for item in edit:
                     yield item
             finding = stream.finding
             if finding is None:
                 ex.outcome.saw(stream.anomalies, attempt)
                 return
-            self._note(ex, finding, attempt)
+            self._note(ex, finding, attempt, self.wire.stream_usage(stream))
             if s.mode is Mode.OBSERVE:
                 ex.outcome.saw(stream.anomalies, attempt)
                 return
-            if s.mode is Mode.FAIL or attempt == 2 or (start.started and not stream.can_splice):
+            cannot_splice = start.started and not self.chains.may_splice(ex, stream)
+            if s.mode is Mode.FAIL or attempt == 2 or cannot_splice:
                 raise self._leak(ex, finding, attempt)
             body = self._retry(ex, (finding, stream.leaked_text()), attempt)
             previous = stream if start.started else None
@@ -270,20 +233,25 @@ class Decision:
         stream: Stream,
         start: ResponseStart,
         headers: dict[str, str],
+        splice: bool,
     ) -> AsyncGenerator[Head | bytes, None]:
         """One attempt's SSE stream through its editor, until it ends or leaks."""
         s = self.settings
         observe = s.mode is Mode.OBSERVE
         decoder = SSEDecoder()
+        loop = asyncio.get_running_loop()
+        remember = splice and self.chains.stored(ex)  # a stored splice, for later requests
         while True:
-            if start.started:
-                chunk: bytes | None = await reply.chunk()
-            else:
-                chunk = await reply.wait_chunk(s.keepalive)
-                if chunk is None:  # held back for long: start the response, keep it alive
-                    for item in self._send(ex, attempt, headers, start.idle(self.wire.keepalive)):
-                        yield item
-                    continue
+            # A keep-alive is due `keepalive` seconds after the client's last byte (or its
+            # request), however steadily the upstream sends text that is held back.
+            left = start.since + s.keepalive - loop.time()
+            chunk: bytes | None = await reply.wait_chunk(left) if left > 0 else None
+            if chunk is None:  # keep the connection alive (starting the response if need be)
+                for item in self._send(
+                    ex, attempt, headers, start, start.idle(self.wire.keepalive)
+                ):
+                    yield item
+                continue
             outs: list[Out] = []
             for event in decoder.feed(chunk) if chunk else decoder.flush():
                 fed = stream.feed(event)
@@ -298,6 +266,8 @@ class Decision:
                         if stream.trailer:
                             outs.append(Out(stream.trailer))
             leaking = stream.certain and not observe  # this attempt publishes no more
+            if remember and self.chains.remember(stream):  # before the client has the id
+                remember = False
             # Output is publishable by construction; the start policy says when it may go.
             send = start.output(
                 b"".join(o.data for o in outs),
@@ -306,7 +276,7 @@ class Decision:
                 leaking=leaking,
             )
             if send is not None:
-                for item in self._send(ex, attempt, headers, send):
+                for item in self._send(ex, attempt, headers, start, send):
                     yield item
             if not observe and stream.holding > s.hold_limit:
                 raise ReplyTooLarge(f"Held back more than {s.hold_limit} characters")

@@ -30,6 +30,22 @@ DEFAULT_CORRECTION = (
     "If a tool is needed, call it through the tool-calling interface; otherwise answer "
     "the user in plain prose. Do not write tool-call markup or JSON tool calls as text."
 )
+# The retry's instruction when the request's tool_choice requires a call, names a function
+# (`{name}` is replaced by its name), or forbids calls.
+CORRECTION_REQUIRED = (
+    "Your previous reply wrote a tool call out as text instead of calling the tool, so no tool "
+    "ran. This turn must call a tool: call it through the tool-calling interface. Do not write "
+    "tool-call markup or JSON tool calls as text."
+)
+CORRECTION_NAMED = (
+    "Your previous reply wrote a tool call out as text instead of calling the tool, so no tool "
+    "ran. Call the {name} tool through the tool-calling interface. Do not write tool-call "
+    "markup or JSON tool calls as text."
+)
+CORRECTION_NONE = (
+    "Your previous reply wrote a tool call out as text, but no tool may be called in this turn. "
+    "Answer the user in plain prose, without tool-call markup or JSON tool calls."
+)
 
 
 class Mode(StrEnum):
@@ -54,6 +70,15 @@ class Settings(BaseSettings):
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
     mode: Mode = Mode.RETRY
     correction: str = Field(DEFAULT_CORRECTION, description="Instruction sent with the retry.")
+    correction_required: str = Field(
+        CORRECTION_REQUIRED, description="The retry's instruction when tool_choice is required."
+    )
+    correction_named: str = Field(
+        CORRECTION_NAMED, description="The retry's instruction when tool_choice names {name}."
+    )
+    correction_none: str = Field(
+        CORRECTION_NONE, description="The retry's instruction when tool_choice is none."
+    )
     should_retry_header: str = Field(
         "false", description="Value of x-should-retry on spillguard's own 502 ('' to omit)."
     )

@@ -2,8 +2,11 @@
 
 Until the response has started (its status and headers sent), nothing is committed: a leak can
 still become a real HTTP 502, or a retry can replace the attempt whole. So output waits until it
-carries something the client will show or act on, or the upstream's stream ends, or it has been
-held so long that a keep-alive is due. Once started, every publishable byte goes out at once.
+carries something the client will show or act on, or the upstream's stream ends, or the client
+has waited so long that a keep-alive is due. Once started, every publishable byte goes out at
+once, and a keep-alive whenever the client has had nothing for as long. The wait is measured
+from `since`, the client's last byte (or its request), never from the upstream's: held text
+dripping in steadily gives the client nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class Send:
 
 @dataclass
 class ResponseStart:
+    since: float = 0.0  # the client's last byte, or its request, on the caller's clock
     started: bool = False
     _held: list[bytes] = field(default_factory=list)
 
@@ -39,10 +43,13 @@ class ResponseStart:
         return None
 
     def idle(self, keepalive: bytes = KEEPALIVE) -> Send:
-        """Nothing publishable for the keep-alive interval: start now and keep the connection
-        open. Only before the response has started."""
-        assert not self.started, "a started response needs no keep-alive from here"
-        return self._start(keepalive)
+        """Nothing has reached the client for the keep-alive interval: a keep-alive, starting
+        the response first (with what was held) if it has not started."""
+        return Send(keepalive) if self.started else self._start(keepalive)
+
+    def delivered(self, now: float) -> None:
+        """Bytes went to the client at `now`: the next keep-alive is due an interval later."""
+        self.since = now
 
     def next_attempt(self) -> None:
         """A retry begins: what the last attempt held back is dropped (it leaked)."""

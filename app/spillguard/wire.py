@@ -14,9 +14,11 @@ from typing import Any, Protocol
 
 from .detect import Anomaly, Finding, ToolSet
 from .errors import SpillguardError
+from .idmap import IdMap, Spliced
 from .rawjson import append_items
 from .sse import Event, Out
 from .start import KEEPALIVE
+from .usage import Usage, reply_usage
 
 
 class Stream(Protocol):
@@ -55,12 +57,26 @@ class Stream(Protocol):
         """After a finding: settle its family and name from all the markup read. Idempotent."""
 
     def leaked_text(self) -> str:
-        """The assistant turn as the model wrote it, for the retry."""
+        """The prose the model wrote before the markup, never the markup: the retry's
+        assistant turn (none when it is blank)."""
 
     @property
     def anomalies(self) -> list[Anomaly]:
         """The structured calls seen so far that are missing or malformed (`detect.anomalies`):
         reported, never edited."""
+
+
+@dataclass(frozen=True)
+class Chaining:
+    """For an API whose later requests name earlier responses and items by id (Responses)."""
+
+    # The upstream keeps this request's response, so a later request may name it.
+    stored: Callable[[dict[str, Any]], bool]
+    # A spliced stream that has completed, as the `IdMap` keeps it; None before then.
+    spliced: Callable[[Stream], Spliced | None]
+    # The request (raw, parsed) naming what the client received instead of a spliced
+    # response's upstream parts; None when it names none.
+    request: Callable[[bytes, dict[str, Any], IdMap], tuple[bytes, dict[str, Any]] | None]
 
 
 @dataclass(frozen=True)
@@ -70,7 +86,7 @@ class Wire:
 
     route: str  # the name in metrics and logs
     path: str  # under /v1/
-    retry_key: str  # the top-level array a retry appends its two messages to
+    retry_key: str  # the top-level array a retry appends its messages to
     inspect_reply: Callable[[Any, ToolSet, int], tuple[Finding, str] | None]
     new_stream: Callable[[ToolSet, int, Stream | None], Stream]
     error_event: Callable[[SpillguardError, Stream | None], bytes]
@@ -86,20 +102,23 @@ class Wire:
     keepalive: bytes = KEEPALIVE
     # spillguard's own error as a response body, in the API's error shape.
     error_body: Callable[[SpillguardError], bytes] = SpillguardError.json_bytes
+    # What the upstream billed for a whole reply, and for a stream (None: it did not say).
+    reply_usage: Callable[[Any], Usage | None] = reply_usage
+    stream_usage: Callable[[Stream], Usage | None] = lambda stream: None
+    chaining: Chaining | None = None
 
     def retry_request(
         self, raw: bytes, body: dict[str, Any], leaked: str, correction: str
     ) -> bytes:
-        """The request once more, with the leaked turn and the corrective instruction appended.
+        """The request once more, with the prose before the markup as the assistant turn (none
+        when there is no prose: the model never sees its markup) and the corrective instruction.
 
-        The two messages are spliced into the client's own bytes, so every other field reaches
-        the upstream as written. When that is not possible (the value is neither an array nor a
+        The messages are spliced into the client's own bytes, so every other field reaches the
+        upstream as written. When that is not possible (the value is neither an array nor a
         string the wire accepts), the parsed body is written out again instead. Raises
         TypeError, ValueError or RecursionError when neither can be done: no retry."""
-        items = [
-            {"role": "assistant", "content": leaked},
-            {"role": "user", "content": correction},
-        ]
+        items = [{"role": "assistant", "content": leaked}] if leaked.strip() else []
+        items.append({"role": "user", "content": correction})
         spliced = append_items(raw, self.retry_key, items, self.item_from_string)
         if spliced is not None:
             return spliced

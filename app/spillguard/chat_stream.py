@@ -1,0 +1,289 @@
+"""A Chat Completions SSE stream edited for the client, and a retry spliced into it.
+
+Sans-IO: events in, bytes out. A chunk whose text the scanner publishes unchanged is forwarded
+as the exact bytes the upstream sent; only chunks whose text is held back are re-serialized,
+with every other field left as it was. A retry after published prose continues the client's
+stream: the same chunk `id`, no second role delta, tool-call indices shifted past the calls
+already sent, and its restatement of the published prose dropped (`repeat.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .chat_calls import CALL_FINISHES, StreamCalls
+from .detect import Anomaly, Finding, ToolSet, TurnScanner
+from .repeat import Repeat
+from .sse import Event, Out, encode_data
+from .usage import Usage, usage_of
+from .wire import Stream
+
+REASONING_KEYS = ("reasoning_content", "reasoning")
+
+
+def _dumps(obj: Any) -> str:
+    # ASCII escapes: a lone surrogate from an upstream must not make a chunk unwritable.
+    return json.dumps(obj, separators=(",", ":"))
+
+
+@dataclass
+class Splice:
+    """How a retry's stream continues a client stream that has already published prose."""
+
+    head: dict[str, Any]  # id, created and model of the client's stream
+    tool_offset: dict[int, int]  # tool-call indices taken, per choice
+    choice: int  # the choice that published the prose
+    repeat: Repeat  # the retry's restatement of that prose, dropped
+
+
+class ChatStream:
+    """One upstream chat stream, edited through one TurnScanner per choice."""
+
+    def __init__(self, tools: ToolSet, hold_limit: int, splice: Splice | None = None) -> None:
+        self._tools = tools
+        self._hold_limit = hold_limit
+        self._splice = splice
+        self._guards: dict[int, TurnScanner] = {}
+        self._finished: set[int] = set()
+        self._published: dict[int, list[str]] = {}
+        self._published_len: dict[int, int] = {}
+        self.tool_next: dict[int, int] = {}  # next free tool-call index per choice
+        self._rkeys: dict[int, str] = {}  # the reasoning key each choice uses
+        self.head: dict[str, Any] = {}  # id, created, model of the first chunk
+        self.finding: Finding | None = None
+        self.finding_choice = 0
+        self.done: bytes | None = None  # the raw [DONE] event, held until the end
+        self.usage: Usage | None = None  # from a chunk's `usage` (stream_options.include_usage)
+        self._calls = StreamCalls()  # the structured calls, for `anomalies`
+
+    @property
+    def certain(self) -> bool:
+        """A finding is certain: nothing more of this stream may reach the client."""
+        return self.finding is not None
+
+    @property
+    def holding(self) -> int:
+        repeat = self._splice.repeat.holding if self._splice is not None else 0
+        return repeat + sum(g.holding for g in self._guards.values())
+
+    @property
+    def ended(self) -> bool:
+        return self.done is not None
+
+    @property
+    def trailer(self) -> bytes:
+        return self.done or b""
+
+    @property
+    def can_splice(self) -> bool:
+        """A retry may continue this client stream: one choice only (with n > 1 the other
+        choices have already finished their answers)."""
+        return len(self._guards) <= 1
+
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        return self._calls.anomalies(sorted(self._guards), self._tools)
+
+    def leaked_text(self) -> str:
+        """The leaked choice's published content: the prose before the markup (reasoning is not
+        the assistant turn's content)."""
+        return "".join(self._published.get(self.finding_choice, []))
+
+    def feed(self, event: Event) -> list[Out]:
+        if event.data is None:
+            return [] if self.certain else [Out(event.raw, False)]
+        if event.data.strip() == "[DONE]":
+            self.done = event.raw
+            return []
+        try:
+            chunk = json.loads(event.data)
+        except (ValueError, RecursionError):
+            chunk = None
+        choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        if not isinstance(choices, list):
+            return [] if self.certain else [Out(event.raw, True)]  # errors, unknown events
+        if not self.head:
+            self.head = {k: chunk.get(k) for k in ("id", "created", "model")}
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = usage_of(chunk["usage"]) or self.usage
+        if self.certain:
+            self._drain(choices)
+            return []
+        changed, meaningful, kept = self._splice is not None, False, []
+        for choice in choices:
+            if not isinstance(choice, dict):
+                kept.append(choice)
+                continue
+            c_changed, c_meaningful, keep = self._edit_choice(choice)
+            changed |= c_changed
+            meaningful |= c_meaningful
+            if keep:
+                kept.append(choice)
+            if self.certain:
+                break
+        if chunk.get("usage"):
+            meaningful = True
+        if not changed:
+            return [Out(event.raw, meaningful)]
+        if choices and not kept and not chunk.get("usage"):
+            return []
+        chunk["choices"] = kept
+        if self._splice is not None:
+            chunk.update(self._splice.head)
+        return [Out(encode_data(_dumps(chunk)), meaningful)]
+
+    def finish(self) -> list[Out]:
+        """The upstream ended: settle every choice that did not finish, flush what was held."""
+        outs: list[Out] = []
+        for index, guard in self._guards.items():
+            if index in self._finished or self.certain:
+                continue
+            self._finished.add(index)
+            content, reasoning = guard.finish()
+            if guard.finding is not None:
+                self._found(index, guard.finding)
+                return []
+            content = self._unrepeated(index, content, ended=True)
+            delta: dict[str, Any] = {}
+            if reasoning:
+                delta[self._rkeys.get(index, "reasoning_content")] = reasoning
+            if content:
+                delta["content"] = content
+                self._record(index, content)
+            if delta:
+                chunk = {**self.head, "object": "chat.completion.chunk"}
+                if self._splice is not None:
+                    chunk.update(self._splice.head)
+                chunk["choices"] = [{"index": index, "delta": delta, "finish_reason": None}]
+                outs.append(Out(encode_data(_dumps(chunk)), True))
+        return outs
+
+    def _guard(self, index: int) -> TurnScanner:
+        guard = self._guards.get(index)
+        if guard is None:
+            guard = self._guards[index] = TurnScanner(self._tools, self._hold_limit)
+        return guard
+
+    def _edit_choice(self, choice: dict[str, Any]) -> tuple[bool, bool, bool]:
+        """Edit one choice in place: (changed, meaningful, keep)."""
+        index = choice.get("index", 0)
+        index = index if isinstance(index, int) else 0
+        delta = choice.get("delta")
+        delta = delta if isinstance(delta, dict) else {}
+        if index in self._finished:  # a stray delta after finish_reason: nothing to judge
+            return False, any(v not in ("", None, []) for v in delta.values()), True
+        guard = self._guard(index)
+        changed = meaningful = False
+        released = ""
+        tool_calls = delta.get("tool_calls")
+        if tool_calls or delta.get("function_call"):
+            released = guard.structured_call()
+            meaningful = True
+            self._calls.note(index, tool_calls, delta.get("function_call"))
+            if isinstance(tool_calls, list):
+                changed |= self._index_tools(index, tool_calls)
+        # vLLM may send the same reasoning under both keys: judge it once, edit every copy.
+        rkeys = [k for k in REASONING_KEYS if isinstance(delta.get(k), str)]
+        if rkeys:
+            self._rkeys.setdefault(index, rkeys[0])
+        reasoning = released + (guard.feed_reasoning(delta[rkeys[0]]) if rkeys else "")
+        content_in = delta.get("content")
+        content = guard.feed_content(content_in) if isinstance(content_in, str) else ""
+        finish = choice.get("finish_reason")
+        if finish in CALL_FINISHES:
+            self._calls.claimed.add(index)
+        if finish is not None:
+            self._finished.add(index)
+            rest_content, rest_reasoning = guard.finish()
+            content += rest_content
+            reasoning += rest_reasoning
+            meaningful = True
+        if guard.finding is not None:
+            self._found(index, guard.finding)
+            # Prose before the markup in this very chunk may still go out, as a plain delta.
+            finish = None
+            choice["finish_reason"] = None
+            changed = True
+        content = self._unrepeated(index, content, ended=finish is not None)
+        for key in rkeys or ([self._rkeys.get(index, "reasoning_content")] if reasoning else []):
+            if delta.get(key) != reasoning:
+                delta[key] = reasoning
+                changed = True
+        meaningful |= bool(reasoning)
+        if isinstance(content_in, str) or content:
+            if content != content_in:
+                delta["content"] = content
+                changed = True
+                if choice.get("logprobs") is not None:
+                    choice["logprobs"] = None  # they would spell out the held text
+            meaningful |= bool(content)
+            self._record(index, content)
+        if self._splice is not None and "role" in delta:
+            del delta["role"]
+            changed = True
+        if not changed:
+            return False, meaningful, True
+        choice["delta"] = delta
+        empty = not any(v not in ("", None, []) for v in delta.values())
+        return True, meaningful, not (empty and finish is None and not choice.get("logprobs"))
+
+    def _index_tools(self, index: int, tool_calls: list[Any]) -> bool:
+        """Track tool-call indices; in a splice, shift them past the calls already sent."""
+        offset = self._splice.tool_offset.get(index, 0) if self._splice else 0
+        for call in tool_calls:
+            if isinstance(call, dict) and isinstance(call.get("index"), int):
+                call["index"] += offset
+                self.tool_next[index] = max(self.tool_next.get(index, 0), call["index"] + 1)
+        return offset != 0
+
+    def _unrepeated(self, index: int, content: str, ended: bool) -> str:
+        """In a splice, the choice's content without its restatement of the client's prose."""
+        if self._splice is None or index != self._splice.choice:
+            return content
+        repeat = self._splice.repeat
+        return repeat.feed(content) + (repeat.finish() if ended else "")
+
+    def _record(self, index: int, text: str) -> None:
+        if not text:
+            return
+        size = self._published_len.get(index, 0)
+        if size < self._hold_limit:
+            self._published.setdefault(index, []).append(text[: self._hold_limit - size])
+            self._published_len[index] = size + len(text)
+
+    def _found(self, index: int, finding: Finding) -> None:
+        if self.finding is None:
+            self.finding, self.finding_choice = finding, index
+
+    def _drain(self, choices: list[Any]) -> None:
+        """After a finding, keep reading the leaking choice so its name and family settle."""
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != self.finding_choice:
+                continue
+            guard = self._guards[self.finding_choice]
+            delta = choice.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+                guard.feed_content(delta["content"])
+            if choice.get("finish_reason") is not None:
+                self.settle()
+
+    def settle(self) -> None:
+        """Settle the finding's family and name from all the markup read so far."""
+        guard = self._guards.get(self.finding_choice)
+        if guard is not None and not guard.finished:
+            guard.finish()
+            if guard.finding is not None:
+                self.finding = guard.finding
+                self._finished.add(self.finding_choice)
+
+
+def new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> ChatStream:
+    """A stream; after `previous` published prose, the retry continues that client stream."""
+    splice = None
+    if isinstance(previous, ChatStream) and previous.head:
+        head = {k: previous.head[k] for k in ("id", "created", "model")}
+        repeat = Repeat(previous.leaked_text())
+        splice = Splice(head, dict(previous.tool_next), previous.finding_choice, repeat)
+    return ChatStream(tools, hold_limit, splice)

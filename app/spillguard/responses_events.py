@@ -1,0 +1,89 @@
+"""The Responses API's stream shapes, shared by the editor (`responses_stream.py`) and the
+splice (`responses_splice.py`): events on their way out, and the text parts being scanned."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .detect import Finding, Scanner, TurnScanner
+from .sse import Event
+
+TERMINAL = ("response.completed", "response.failed", "response.incomplete")
+# An event on its way out: (data, the upstream's event when unchanged, synthesized here).
+Pending = tuple[dict[str, Any], Event | None, bool]
+Key = tuple[int, int]  # (output_index, content_index or summary_index)
+
+
+def dumps(obj: Any) -> str:
+    # ASCII escapes: a lone surrogate from an upstream must not make a chunk unwritable.
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def index_of(data: dict[str, Any], key: str) -> int:
+    value = data.get(key)
+    return value if isinstance(value, int) else 0
+
+
+def is_call(item: Any) -> bool:
+    return isinstance(item, dict) and str(item.get("type", "")).endswith("_call")
+
+
+def function_names(items: Any) -> list[str | None]:
+    """The names of the function_call items among `items`."""
+    names: list[str | None] = []
+    for item in items:
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            name = item.get("name")
+            names.append(name if isinstance(name, str) else None)
+    return names
+
+
+@dataclass
+class Text:
+    """One output_text part, or one reasoning summary part, as the client has seen it. Each
+    has its own `TurnScanner` (a part starts its own lines), fed on the content side or on the
+    reasoning side, so the turn rule is the one chat uses."""
+
+    output_index: int
+    index: int  # content_index, or summary_index
+    item_id: Any
+    turn: TurnScanner
+    reasoning: bool
+    published: list[str] = field(default_factory=list)
+
+    @property
+    def scanner(self) -> Scanner:
+        return self.turn.reasoning if self.reasoning else self.turn.content
+
+    @property
+    def finding(self) -> Finding | None:
+        return self.turn.finding
+
+    def feed(self, text: str) -> str:
+        return self.turn.feed_reasoning(text) if self.reasoning else self.turn.feed_content(text)
+
+    def finish(self) -> str:
+        content, reasoning = self.turn.finish()
+        return reasoning if self.reasoning else content
+
+    def delta_event(self, delta: str) -> Pending:
+        """A text delta of this part, made here (to release text that was held)."""
+        common = {"item_id": self.item_id, "output_index": self.output_index}
+        if self.reasoning:
+            data = {"type": "response.reasoning_summary_text.delta", **common}
+            data["summary_index"] = self.index
+        else:
+            data = {"type": "response.output_text.delta", **common, "content_index": self.index}
+            data["logprobs"] = []
+        data["delta"] = delta
+        return (data, None, True)
+
+
+def meaningful(data: dict[str, Any]) -> bool:
+    """An event carries something for the client (the start policy's `meaningful`)."""
+    kind = str(data.get("type", ""))
+    if kind.endswith(".delta"):
+        return bool(data.get("delta"))
+    return kind not in ("response.created", "response.in_progress") and not kind.endswith(".added")

@@ -1,0 +1,300 @@
+"""A Responses API SSE stream (named events) edited for the client.
+
+Each text part and each reasoning summary part has its own scanner. Events whose text is
+published unchanged go out as the upstream's bytes. Once markup shows in reasoning, everything
+after it is parked until a real call releases it or the response ends (then it is a finding).
+A retry that continues a started client stream does so through `responses_splice.Splice`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
+from .responses_events import (
+    TERMINAL,
+    Key,
+    Pending,
+    Text,
+    dumps,
+    function_names,
+    index_of,
+    is_call,
+    meaningful,
+)
+from .responses_splice import Splice, close_open_items
+from .sse import Event, Out, encode_event
+from .usage import Usage, usage_of
+from .wire import Stream
+
+
+class ResponsesStream:
+    def __init__(self, tools: ToolSet, hold_limit: int, previous: ResponsesStream | None) -> None:
+        self._tools = tools
+        self._hold_limit = hold_limit
+        self.parts: dict[Key, Text] = {}
+        self.summaries: dict[Key, Text] = {}
+        self.opened: dict[int, dict[str, Any]] = {}  # items the client saw added, by index
+        self.closed: dict[int, dict[str, Any]] = {}  # items the client saw done
+        self._parked: list[Pending] = []
+        self._parked_bytes = 0
+        self._called = False
+        self._ended = False  # after a finding: the response ended
+        self.seq = -1  # the last sequence number sent
+        self.identity: dict[str, Any] = {}  # id and created_at of the response the client saw
+        self.usage: Usage | None = None  # from the terminal event's response
+        self.splice: Splice | None = None
+        self._closing: list[Out] = []  # what closes the first attempt's items, in a splice
+        if previous is not None:
+            pending, carried, closed = close_open_items(
+                previous.opened, previous.closed, previous.parts, previous.summaries
+            )
+            self._closing = previous._send_all(pending)
+            self.splice = Splice(previous.next_index, carried, closed, previous.leaked_text())
+            self.seq = previous.seq
+            self.identity = previous.identity
+        self._renumber = self.splice is not None  # once set, every event gets the next number
+
+    @property
+    def finding(self) -> Finding | None:
+        """The turn rule, over every part: the first content finding wins; reasoning counts only
+        once its part has ended and the response made no structured call."""
+        for part in self.parts.values():
+            if part.finding is not None:
+                return part.finding
+        for summary in self.summaries.values():
+            if summary.finding is not None:
+                return summary.finding
+        return None
+
+    @property
+    def certain(self) -> bool:
+        return self.finding is not None
+
+    @property
+    def can_splice(self) -> bool:
+        return True
+
+    @property
+    def holding(self) -> int:
+        held = sum(p.turn.holding for p in self.parts.values())
+        held += sum(t.turn.holding for t in self.summaries.values())
+        return held + self._parked_bytes + (self.splice.holding if self.splice else 0)
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def trailer(self) -> bytes:
+        return b""  # Responses streams have no [DONE]
+
+    @property
+    def next_index(self) -> int:
+        return max((k + 1 for k in self.opened), default=0)
+
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        items = {**self.opened, **self.closed}  # by output index, as the client saw them
+        return call_anomalies(function_names(items.values()), False, self._tools)
+
+    def leaked_text(self) -> str:
+        """The prose the client has of the message parts (the markup never went out)."""
+        return "".join("".join(p.published) for p in self.parts.values())
+
+    def settle(self) -> None:
+        """Read the family and name from all the markup seen (the stream ended after a content
+        finding). Idempotent: `finding` is derived from the parts, content first."""
+        for part in self.parts.values():
+            if part.scanner.marker_seen:
+                part.finish()
+
+    def finish(self) -> list[Out]:
+        """The upstream ended without a terminal event: settle what was held."""
+        return self._send_all(self._flush_all(), final=True)
+
+    def feed(self, event: Event) -> list[Out]:
+        if event.data is None:
+            return [] if self.certain else [Out(event.raw, False)]
+        try:
+            data = json.loads(event.data)
+        except (ValueError, RecursionError):
+            data = None
+        kind = data.get("type") if isinstance(data, dict) else None
+        if isinstance(kind, str) and kind in TERMINAL and isinstance(data, dict):
+            self._usage(data)
+        if not isinstance(kind, str) or self.certain:
+            if self.certain and isinstance(data, dict):
+                self._drain(kind, data)
+            return [] if self.certain else [Out(event.raw, True)]
+        assert isinstance(data, dict)
+        outs, self._closing = self._closing, []
+        parking = self._reasoning_marker()  # markup seen in reasoning before this event
+        pending = self._edit(kind, data, event)
+        if parking and self._reasoning_marker():
+            # Parked until a real call releases it, or the end makes it a finding. A content
+            # finding here ends the stream: what was parked before it never goes out, so
+            # neither does this event's prose (it would overtake them).
+            if not self.certain:
+                self._parked += pending
+                self._parked_bytes += len(event.raw)
+            return outs
+        return outs + self._send_all(pending)
+
+    # ---- editing -----------------------------------------------------------------------
+
+    def _edit(self, kind: str, data: dict[str, Any], event: Event) -> list[Pending]:
+        oi = index_of(data, "output_index")
+        same: list[Pending] = [(data, event, False)]
+        if self.splice and kind in ("response.created", "response.in_progress"):
+            self.splice.opening(data)
+            return []
+        if kind == "response.output_item.added" and is_call(data.get("item")):
+            return self._release_reasoning() + same
+        if kind == "response.output_text.delta":
+            part = self._text(data, oi, True)
+            return self._scan(part, data, event)
+        if kind == "response.output_text.done":
+            part = self._text(data, oi, True)
+            rest = self._released(part, part.finish(), ended=True)
+            if part.finding is not None:
+                return []
+            return ([part.delta_event(rest)] if rest else []) + same
+        if kind.startswith("response.reasoning_summary_text.") and not self._called:
+            summary = self._text(data, oi, False)
+            if kind.endswith(".delta"):
+                return self._scan(summary, data, event)
+            if kind.endswith(".done") and not summary.scanner.marker_seen:
+                rest = self._released(summary, summary.finish(), ended=True)
+                return ([summary.delta_event(rest)] if rest else []) + same
+        if kind in TERMINAL:
+            flushed = self._flush_all()
+            if self.certain:
+                return []
+            if self.splice is not None:
+                return [*flushed, (self.splice.completed(data), None, False)]
+            return [*flushed, (data, event, False)]
+        return same
+
+    def _scan(self, text: Text, data: dict[str, Any], event: Event) -> list[Pending]:
+        delta = data.get("delta")
+        out = self._released(text, text.feed(delta) if isinstance(delta, str) else "", False)
+        if out == delta:
+            return [(data, event, False)]
+        return [({**data, "delta": out}, None, False)] if out else []
+
+    def _released(self, text: Text, out: str, ended: bool) -> str:
+        """What a part's scanner released goes out, in a splice without the retry's
+        restatement of the prose the client has."""
+        if self.splice is not None and not text.reasoning:
+            out = self.splice.unrepeated((text.output_index, text.index), out, ended)
+        text.published.append(out)
+        return out
+
+    def _send_all(self, pending: list[Pending], final: bool = False) -> list[Out]:
+        if self.splice is not None:
+            pending = self.splice.route(pending, final)
+        return [self._send(*p) for p in pending]
+
+    def _send(self, data: dict[str, Any], event: Event | None, synthesized: bool) -> Out:
+        """Number an event as it goes out: the upstream's own bytes while nothing here has
+        been inserted, else re-serialized with the next number (and, in a splice, placed
+        after the first attempt's items under the first response's identity)."""
+        kind = data.get("type")
+        oi = index_of(data, "output_index")
+        if kind == "response.output_item.added" and isinstance(data.get("item"), dict):
+            self.opened[oi] = data["item"]
+        elif kind == "response.output_item.done" and isinstance(data.get("item"), dict):
+            self.closed[oi] = data["item"]
+        elif kind == "response.created" and isinstance(data.get("response"), dict):
+            response = data["response"]
+            self.identity = {"id": response.get("id"), "created_at": response.get("created_at")}
+        self._renumber |= synthesized
+        seq = data.get("sequence_number")
+        if event is not None and not self._renumber and isinstance(seq, int) and seq > self.seq:
+            self.seq = seq
+            return Out(event.raw, meaningful(data))
+        data = dict(data)
+        if not self._renumber and isinstance(seq, int) and seq > self.seq:
+            self.seq = seq
+        else:
+            self.seq = data["sequence_number"] = self.seq + 1
+        if self.splice is not None:
+            data = self.splice.placed(data, self.identity)
+        return Out(encode_event(str(kind), dumps(data)), meaningful(data))
+
+    def _text(self, data: dict[str, Any], oi: int, is_part: bool) -> Text:
+        """The part (or reasoning summary part) an event belongs to; made on first sight."""
+        table = self.parts if is_part else self.summaries
+        index = index_of(data, "content_index" if is_part else "summary_index")
+        text = table.get((oi, index))
+        if text is None:
+            turn = TurnScanner(self._tools, self._hold_limit)
+            text = Text(oi, index, data.get("item_id"), turn, reasoning=not is_part)
+            table[(oi, index)] = text
+        return text
+
+    def _reasoning_marker(self) -> bool:
+        return not self._called and any(t.scanner.marker_seen for t in self.summaries.values())
+
+    def _release_reasoning(self) -> list[Pending]:
+        """A real call arrived: held reasoning (markup included) goes out, then what was
+        parked behind it, in order."""
+        self._called = True
+        out: list[Pending] = []
+        for summary in self.summaries.values():
+            if summary.turn.finished:
+                continue
+            text = summary.turn.structured_call()
+            summary.published.append(text)
+            if text:
+                out.append(summary.delta_event(text))
+        out += self._parked
+        self._parked, self._parked_bytes = [], 0
+        return out
+
+    def _flush_all(self) -> list[Pending]:
+        """Settle every open part at the end: held text goes out, or a finding is made."""
+        out: list[Pending] = []
+        for table, is_part in ((self.parts, True), (self.summaries, False)):
+            if not is_part and self._called:
+                continue
+            for text in table.values():
+                if text.turn.finished:
+                    continue
+                rest = self._released(text, text.finish(), ended=True)
+                if text.finding is None and rest:
+                    out.append(text.delta_event(rest))
+        if self.finding is None and self._parked:
+            out = self._parked + out
+            self._parked, self._parked_bytes = [], 0
+        return out
+
+    def _usage(self, data: dict[str, Any]) -> None:
+        response = data.get("response")
+        if isinstance(response, dict):
+            self.usage = usage_of(response.get("usage")) or self.usage
+
+    def _drain(self, kind: str | None, data: dict[str, Any]) -> None:
+        """After a finding, keep feeding the leaking part so its name and family settle, and
+        read on to the terminal event for the usage the upstream billed."""
+        if kind == "response.output_text.delta" and isinstance(data.get("delta"), str):
+            key = (index_of(data, "output_index"), index_of(data, "content_index"))
+            part = self.parts.get(key)
+            if part is not None and part.scanner.marker_seen:
+                part.feed(data["delta"])
+        elif kind == "response.output_text.done":
+            self.settle()
+        elif kind in TERMINAL:
+            self.settle()
+            self._ended = True
+
+
+def new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> ResponsesStream:
+    prev = previous if isinstance(previous, ResponsesStream) else None
+    return ResponsesStream(tools, hold_limit, prev)
+
+
+def stream_usage(stream: Stream) -> Usage | None:
+    return stream.usage if isinstance(stream, ResponsesStream) else None
