@@ -17,30 +17,9 @@ from typing import Any, TypeVar
 from spillguard.detect import declared_tools
 from spillguard.sse import Event, SSEDecoder
 from spillguard.wire import Stream
+from tests import conftest
 
-TOOLS = declared_tools(
-    {
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": "get_weather",
-                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-                },
-            },
-            {
-                "type": "function",
-                "function": {
-                    "name": "run_in_terminal",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"command": {"type": "string"}},
-                    },
-                },
-            },
-        ]
-    }
-)
+TOOLS = declared_tools({"tools": conftest.TOOLS})  # get_weather(city), run_in_terminal(command)
 HOLD = 256 * 1024  # the proxy's default hold-back limit
 
 
