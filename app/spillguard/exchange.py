@@ -14,6 +14,7 @@ from .detect import ToolSet
 from .errors import LeakedToolCall, SpillguardError
 from .outcome import Outcome
 from .settings import Settings
+from .tracing import attempt_headers
 from .upstream import Reply, Upstream
 from .wire import Stream
 
@@ -73,6 +74,7 @@ async def open_upstream(
 ) -> Reply:
     """One upstream exchange for `outcome`: counted, every wait on it timed, its status noted."""
     outcome.calling()
+    headers = attempt_headers(url, headers)  # a span of its own when tracing is on
     reply = await upstream.open(method, url, headers, body, decode=decode, on_wait=outcome.waited)
     outcome.upstream_answered(reply.status)
     return reply
