@@ -58,6 +58,7 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "spillguard_added_latency_seconds": ("histogram", frozenset({"route"})),
     "spillguard_streams_open": ("gauge", frozenset()),
     "spillguard_anomalies_total": ("counter", frozenset({"kind", "model"})),
+    "spillguard_leaked_tokens_total": ("counter", frozenset({"family", "model", "direction"})),
     "spillguard_refusals_total": ("counter", frozenset({"reason"})),
     "spillguard_incidents_written_total": ("counter", frozenset()),
     "spillguard_incidents_dropped_total": ("counter", frozenset({"reason"})),

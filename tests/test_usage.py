@@ -102,3 +102,14 @@ async def test_an_honest_reply_has_no_cost_to_report(harness: Any) -> None:
     r = await post(h, "/chat/completions", chat_body())
     assert r.headers["x-spillguard-action"] == "passed"
     assert HEADER not in r.headers
+
+
+async def test_the_tokens_of_leaked_attempts_are_counted_by_family_and_model(harness: Any) -> None:
+    h = await harness(Turn(content=HERMES), Turn(content=HERMES))  # both attempts leak
+    async with h.http() as http:
+        r = await http.post("/chat/completions", json=chat_body())
+        scraped = (await http.get(h.url.removesuffix("/v1") + "/metrics")).text
+    assert r.status_code == 502
+    for direction, tokens in (("input", 20), ("output", 10)):  # 10 in, 5 out per attempt
+        labels = f'direction="{direction}",family="hermes",model="m"'
+        assert f"spillguard_leaked_tokens_total{{{labels}}} {float(tokens)}" in scraped

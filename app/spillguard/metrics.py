@@ -135,6 +135,13 @@ class Metrics:
             ["family", "model"],
             registry=own,
         )
+        self.leaked_tokens = Counter(
+            "spillguard_leaked_tokens_total",
+            "Tokens the upstream billed for attempts that leaked (input or output), by markup "
+            "family and requested model: a retried reply's own usage covers only its retry.",
+            ["family", "model", "direction"],
+            registry=own,
+        )
         self.anomalies = Counter(
             "spillguard_anomalies_total",
             "Structured calls that are missing or malformed, by kind (tool_calls_without_calls, "
@@ -219,7 +226,12 @@ class Metrics:
     def observe(self, outcome: Outcome) -> None:
         self.requests.labels(outcome.route, outcome.mode, str(outcome.action)).inc()
         for found in outcome.findings:
-            self.findings.labels(found.family, self.model(outcome.model)).inc()
+            model = self.model(outcome.model)
+            self.findings.labels(found.family, model).inc()
+            if found.usage is not None:
+                tokens = self.leaked_tokens
+                tokens.labels(found.family, model, "input").inc(found.usage.input_tokens)
+                tokens.labels(found.family, model, "output").inc(found.usage.output_tokens)
         for odd in outcome.anomalies:
             self.anomalies.labels(odd.kind, self.model(outcome.model)).inc()
         if outcome.attempts > 1:
