@@ -22,7 +22,7 @@ from .errors import SpillguardError
 from .messages_stream import MessagesStream, is_call, new_stream
 from .rawjson import append_items
 from .sse import encode_event
-from .wire import Stream, Wire
+from .wire import Stream, Wire, content_finding
 
 ROUTE = "/v1/messages"  # this path and those under it are Anthropic's whatever the headers
 VERSION_HEADER = b"anthropic-version"  # sent by every Anthropic SDK and Claude Code
@@ -60,12 +60,9 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
     blocks up to the markup (the same turn rule as the stream, one scanner per block)."""
     blocks = _blocks(reply)
     texts = [t for b in blocks if (t := _text(b, "text")) is not None]
-    for n, text in enumerate(texts):
-        turn = TurnScanner(tools, hold_limit)
-        turn.feed_content(text)
-        turn.finish()
-        if turn.finding is not None:
-            return turn.finding, "".join(texts[:n]) + text[: turn.finding.start]
+    found = content_finding(texts, tools, hold_limit)
+    if found is not None:
+        return found
     if any(is_call(b.get("type")) for b in blocks):
         return None
     for block in blocks:

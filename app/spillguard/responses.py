@@ -18,7 +18,7 @@ from .rawjson import elements, replace_values
 from .responses_events import dumps, function_names, is_call
 from .responses_stream import ResponsesStream, new_stream, stream_usage
 from .sse import encode_event
-from .wire import Chaining, Stream, Wire
+from .wire import Chaining, Stream, Wire, content_finding
 
 __all__ = ["WIRE", "ResponsesStream", "inspect_reply", "new_stream", "reply_anomalies"]
 
@@ -54,12 +54,9 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
         return None
     items = [i for i in output if isinstance(i, dict)]
     texts = [text for item in items for text in _texts(item)]
-    for n, text in enumerate(texts):
-        turn = TurnScanner(tools, hold_limit)
-        turn.feed_content(text)
-        turn.finish()
-        if turn.finding is not None:
-            return turn.finding, "".join(texts[:n]) + text[: turn.finding.start]
+    found = content_finding(texts, tools, hold_limit)
+    if found is not None:
+        return found
     called = any(is_call(i) for i in items)
     for item in items:
         for text in _summaries(item):

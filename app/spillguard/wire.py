@@ -12,13 +12,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .detect import Anomaly, Finding, ToolSet
+from .detect import Anomaly, Finding, ToolSet, TurnScanner
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
 from .rawjson import append_items
 from .sse import Event, Out
 from .start import KEEPALIVE
 from .usage import Usage, reply_usage
+
+
+def content_finding(
+    texts: list[str], tools: ToolSet, hold_limit: int
+) -> tuple[Finding, str] | None:
+    """The first finding among a whole reply's text parts, each judged as a stream would judge
+    it (a `TurnScanner` per part), with the turn's text up to the markup."""
+    for n, text in enumerate(texts):
+        turn = TurnScanner(tools, hold_limit)
+        turn.feed_content(text)
+        turn.finish()
+        if turn.finding is not None:
+            return turn.finding, "".join(texts[:n]) + text[: turn.finding.start]
+    return None
 
 
 class Stream(Protocol):
