@@ -18,24 +18,21 @@ def postgres() -> Iterator[Server]:
     if found is not None:
         yield found
         return
-    if not usable():
-        if required():
-            pytest.fail(f"{REQUIRE}=1, and no PostgreSQL server or binaries were found")
-        pytest.skip("no PostgreSQL binaries (initdb, pg_ctl)")
-    server = Server.create()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.remove()
+    yield from _fresh_server("no PostgreSQL server or binaries were found")
 
 
 @pytest.fixture
 def own_postgres() -> Iterator[Server]:
     """A server of this test's own, to stop and restart."""
+    yield from _fresh_server("no PostgreSQL binaries were found")
+
+
+def _fresh_server(missing: str) -> Iterator[Server]:
+    """A new server in a temporary directory, removed afterwards; skipped without the binaries,
+    or failed when they are required."""
     if not usable():
         if required():
-            pytest.fail(f"{REQUIRE}=1, and no PostgreSQL binaries were found")
+            pytest.fail(f"{REQUIRE}=1, and {missing}")
         pytest.skip("no PostgreSQL binaries (initdb, pg_ctl)")
     server = Server.create()
     server.start()

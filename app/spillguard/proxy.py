@@ -113,14 +113,14 @@ class Decision:
         except (ValueError, RecursionError):
             parsed = None
         found = self.wire.inspect_reply(parsed, ex.tools, s.hold_limit) if parsed else None
+        if found is None or s.mode is Mode.OBSERVE:  # this reply reaches the client
+            ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
         if found is None:
             ex.outcome.act(_passed(attempt))
-            ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
             return None
         self._note(ex, found[0], attempt, self.wire.reply_usage(parsed))
         if s.mode is Mode.OBSERVE:
             ex.outcome.act(Action.OBSERVED)
-            ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
             return None
         if s.mode is Mode.FAIL or attempt == 2:
             raise self._leak(ex, found[0], attempt)
@@ -212,12 +212,12 @@ class Decision:
                 async for item in edit:
                     yield item
             finding = stream.finding
-            if finding is None:
+            if finding is None or s.mode is Mode.OBSERVE:  # this stream reached the client
                 ex.outcome.saw(stream.anomalies, attempt)
+            if finding is None:
                 return
             self._note(ex, finding, attempt, self.wire.stream_usage(stream))
             if s.mode is Mode.OBSERVE:
-                ex.outcome.saw(stream.anomalies, attempt)
                 return
             cannot_splice = start.started and not self.chains.may_splice(ex, stream)
             if s.mode is Mode.FAIL or attempt == 2 or cannot_splice:

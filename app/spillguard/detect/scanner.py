@@ -86,7 +86,11 @@ _AT_END = re.compile(
     r"|(?<!\w)f(?:" + _prefixes("unctools[") + r")\Z)",
     re.M,
 )
-_TAIL_END = 80  # how far before the end `_AT_END` looks
+# How far before the end `_AT_END` looks: from a last line's start when a directive may be
+# forming there (`.. ` plus a name of up to 40 characters and `::`), else the partials after it
+# (`::` with spaces, a recipient's ` to=functions`, `functools[`).
+_LINE_END_REACH = 64
+_PARTIAL_REACH = 16
 # Where an event can begin, found at C speed before `_EVENT` looks closer: the characters that
 # open markers, code spans and fences, and the literals of the rarer events. `_EVENT` looks from
 # _REACH characters before such a place (its line starts and look-behinds need that) to
@@ -338,7 +342,7 @@ class Scanner:
             and self._line_settled()
             and self._tail[-1:] not in ".!?:>"
             and _QUIET.search(text) is None
-            and _QUIET_TAIL.search(self._tail[-16:] + text) is None
+            and _QUIET_TAIL.search(self._tail + text) is None  # the tail is its context
         )
 
     def _judge(self, final: bool) -> None:
@@ -414,12 +418,12 @@ class Scanner:
         """An event that may still form at the end of the text: looked for from the start of a
         short last line (its start may matter), else in the last characters only."""
         n = len(t)
-        newline = t.rfind("\n", max(i - 1, n - 64))
+        newline = t.rfind("\n", max(i - 1, n - _LINE_END_REACH))
         if newline >= 0 and (
             n - newline <= _LINE_START_REACH + 1 or t[newline + 1 :].lstrip(" \t")[:1] == "."
         ):
             return _AT_END.search(t, max(i, newline + 1))
-        return _AT_END.search(t, max(i, n - 16))
+        return _AT_END.search(t, max(i, n - _PARTIAL_REACH))
 
     def _text(self, t: str, i: int, final: bool) -> int:
         if self._opening is not None:
