@@ -10,6 +10,7 @@ import pytest
 
 from spillguard.cli import _serve_parser, settings_from
 from spillguard.correction import Choice, ToolChoice, correction, tool_choice
+from spillguard.policy import Policy
 from spillguard.scripted import Turn, call
 from spillguard.settings import (
     CORRECTION_NAMED,
@@ -85,7 +86,7 @@ def test_tool_choice_is_read_in_every_shape(body: dict[str, Any], want: ToolChoi
 
 
 def test_none_never_asks_for_a_call() -> None:
-    text = correction(Settings(), {"tool_choice": "none"})
+    text = correction(Policy.of(Settings()), {"tool_choice": "none"})
     assert "prose" in text
     assert "call it" not in text and "Call the" not in text and "must call" not in text
 
@@ -100,9 +101,10 @@ def test_every_variant_is_a_setting_and_a_flag() -> None:
         "N.",
     ]
     settings = settings_from(_serve_parser("spillguard").parse_args(args))
-    assert correction(settings, {"tool_choice": "required"}) == "R."
-    assert correction(settings, {"tool_choice": {"type": "function", "name": "f"}}) == "Use f."
-    assert correction(settings, {"tool_choice": "none"}) == "N."
+    policy = Policy.of(settings)
+    assert correction(policy, {"tool_choice": "required"}) == "R."
+    assert correction(policy, {"tool_choice": {"type": "function", "name": "f"}}) == "Use f."
+    assert correction(policy, {"tool_choice": "none"}) == "N."
 
 
 # ---- what the upstream receives ---------------------------------------------------------------

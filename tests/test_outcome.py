@@ -19,6 +19,7 @@ def test_actions_are_the_label_values() -> None:
         "retried",
         "failed",
         "observed",
+        "repaired",
         "error",
         "client_gone",
     ]

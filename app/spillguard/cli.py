@@ -21,7 +21,10 @@ SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("--host", {"help": "address to listen on (default 127.0.0.1)"}),
     ("--port", {"type": int, "help": "port to listen on (default 8080)"}),
-    ("--mode", {"choices": [m.value for m in Mode], "help": "retry (default), fail or observe"}),
+    (
+        "--mode",
+        {"choices": [m.value for m in Mode], "help": "retry (default), fail, observe, repair"},
+    ),
     ("--correction", {"help": "the corrective instruction sent with a retry"}),
     ("--correction-required", {"help": "the retry's instruction when tool_choice is required"}),
     ("--correction-named", {"help": "the same when tool_choice names a function ({name})"}),

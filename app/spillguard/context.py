@@ -20,6 +20,7 @@ from . import messages
 from .errors import SpillguardError
 from .observe import Observer
 from .outcome import Outcome
+from .policy import Policy
 from .settings import Settings
 from .upstream import Upstream, end_to_end
 
@@ -61,11 +62,13 @@ class Context:
     readiness: Readiness = field(default_factory=Readiness)
     # The client's key is dropped when spillguard has its own (proxy keys, or a key it injects).
     _drop: frozenset[str] = field(init=False)
+    policy: Policy = field(init=False)  # every request's, until policy is chosen per request
 
     def __post_init__(self) -> None:
         s = self.settings
         own_key = bool(s.proxy_keys or s.upstream_key)
         self._drop = REQUEST_DROP | (KEY_HEADERS if own_key else frozenset())
+        self.policy = Policy.of(s)
 
     @property
     def upstreams(self) -> list[Upstream]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .settings import Settings
+from .policy import Policy
 
 
 class Choice(StrEnum):
@@ -63,13 +63,13 @@ def tool_choice(body: dict[str, Any]) -> ToolChoice:
     return ToolChoice(KINDS.get(str(kind), Choice.AUTO))
 
 
-def correction(settings: Settings, body: dict[str, Any]) -> str:
+def correction(policy: Policy, body: dict[str, Any]) -> str:
     """The instruction for a retry of `body`."""
     asked = tool_choice(body)
     if asked.choice is Choice.NONE:
-        return settings.correction_none
+        return policy.correction_none
     if asked.choice is Choice.REQUIRED:
-        return settings.correction_required
+        return policy.correction_required
     if asked.choice is Choice.NAMED and asked.name is not None:
-        return settings.correction_named.replace("{name}", asked.name)
-    return settings.correction
+        return policy.correction_named.replace("{name}", asked.name)
+    return policy.correction

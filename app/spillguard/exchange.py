@@ -13,6 +13,7 @@ from typing import Any
 from .detect import ToolSet
 from .errors import LeakedToolCall, SpillguardError
 from .outcome import Outcome
+from .policy import Policy
 from .settings import Settings
 from .tracing import attempt_headers
 from .upstream import Reply, Upstream
@@ -33,6 +34,7 @@ class Exchange:
     obj: dict[str, Any]
     tools: ToolSet
     outcome: Outcome
+    policy: Policy  # the mode, hold limit and corrections this request is held to
     current: Stream | None = None  # the stream being edited, for an error event's place in it
 
 

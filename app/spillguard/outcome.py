@@ -22,6 +22,7 @@ class Action(StrEnum):
     RETRIED = "retried"
     FAILED = "failed"  # a leak answered with TEXT_ENCODED_TOOL_CALL
     OBSERVED = "observed"
+    REPAIRED = "repaired"  # a leak returned as the structured calls it spelled out
     ERROR = "error"  # spillguard's own error answered it
     CLIENT_GONE = "client_gone"
 

@@ -73,7 +73,7 @@ class Decision:
         number out of range, `messages` that is no list) cannot be retried: the leak fails."""
         finding, prose = found
         try:
-            instruction = correction(self.settings, ex.obj)
+            instruction = correction(ex.policy, ex.obj)
             return self.wire.retry_request(ex.body, ex.obj, prose, instruction)
         except (TypeError, ValueError, RecursionError) as exc:
             log.warning("retry impossible", extra={"fields": {"error": type(exc).__name__}})
@@ -107,22 +107,21 @@ class Decision:
     def _judge_whole(self, ex: Exchange, data: bytes, attempt: int) -> tuple[Finding, str] | None:
         """Judge a whole JSON reply: None to pass it (setting the action), the finding and the
         leaked text to retry with, or raise the leak when there is no retry left."""
-        s = self.settings
         try:
             parsed = json.loads(data)
         except (ValueError, RecursionError):
             parsed = None
-        found = self.wire.inspect_reply(parsed, ex.tools, s.hold_limit) if parsed else None
-        if found is None or s.mode is Mode.OBSERVE:  # this reply reaches the client
+        found = self.wire.inspect_reply(parsed, ex.tools, ex.policy.hold_limit) if parsed else None
+        if found is None or ex.policy.mode is Mode.OBSERVE:  # this reply reaches the client
             ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
         if found is None:
             ex.outcome.act(_passed(attempt))
             return None
         self._note(ex, found[0], attempt, self.wire.reply_usage(parsed))
-        if s.mode is Mode.OBSERVE:
+        if ex.policy.mode is Mode.OBSERVE:
             ex.outcome.act(Action.OBSERVED)
             return None
-        if s.mode is Mode.FAIL or attempt == 2:
+        if ex.policy.mode is Mode.FAIL or attempt == 2:
             raise self._leak(ex, found[0], attempt)
         return found
 
@@ -156,7 +155,7 @@ class Decision:
                 yield Head(error.status, headers, sse=False, body=body)
 
     def _head(self, ex: Exchange, attempt: int, headers: dict[str, str]) -> Head:
-        observe = self.settings.mode is Mode.OBSERVE
+        observe = ex.policy.mode is Mode.OBSERVE
         ex.outcome.act(Action.OBSERVED if observe else _passed(attempt))
         return Head(200, headers | action_headers(ex.outcome))
 
@@ -207,20 +206,20 @@ class Decision:
                         yield data
                     return
                 headers = end_to_end(reply.headers, REFRAMED)
-                stream = ex.current = self.wire.new_stream(ex.tools, s.hold_limit, previous)
+                stream = ex.current = self.wire.new_stream(ex.tools, ex.policy.hold_limit, previous)
                 edit = self._edit(ex, attempt, reply, stream, start, headers, previous is not None)
                 async for item in edit:
                     yield item
             finding = stream.finding
-            if finding is None or s.mode is Mode.OBSERVE:  # this stream reached the client
+            if finding is None or ex.policy.mode is Mode.OBSERVE:  # this stream reached the client
                 ex.outcome.saw(stream.anomalies, attempt)
             if finding is None:
                 return
             self._note(ex, finding, attempt, self.wire.stream_usage(stream))
-            if s.mode is Mode.OBSERVE:
+            if ex.policy.mode is Mode.OBSERVE:
                 return
             cannot_splice = start.started and not self.chains.may_splice(ex, stream)
-            if s.mode is Mode.FAIL or attempt == 2 or cannot_splice:
+            if ex.policy.mode is Mode.FAIL or attempt == 2 or cannot_splice:
                 raise self._leak(ex, finding, attempt)
             body = self._retry(ex, (finding, stream.leaked_text()), attempt)
             previous = stream if start.started else None
@@ -237,7 +236,7 @@ class Decision:
     ) -> AsyncGenerator[Head | bytes, None]:
         """One attempt's SSE stream through its editor, until it ends or leaks."""
         s = self.settings
-        observe = s.mode is Mode.OBSERVE
+        observe = ex.policy.mode is Mode.OBSERVE
         decoder = SSEDecoder()
         loop = asyncio.get_running_loop()
         remember = splice and self.chains.stored(ex)  # a stored splice, for later requests
@@ -278,20 +277,20 @@ class Decision:
             if send is not None:
                 for item in self._send(ex, attempt, headers, start, send):
                     yield item
-            if not observe and stream.holding > s.hold_limit:
-                raise ReplyTooLarge(f"Held back more than {s.hold_limit} characters")
+            if not observe and stream.holding > ex.policy.hold_limit:
+                raise ReplyTooLarge(f"Held back more than {ex.policy.hold_limit} characters")
             if not chunk or leaking:
                 break
         if leaking and chunk:
-            await self._drain(reply, decoder, stream)
+            await self._drain(reply, decoder, stream, ex.policy.hold_limit)
 
-    async def _drain(self, reply: Reply, decoder: SSEDecoder, stream: Stream) -> None:
+    async def _drain(self, reply: Reply, decoder: SSEDecoder, stream: Stream, limit: int) -> None:
         """Read a little more of a leaking reply so its family and tool name settle: bounded
         in size and in time (the retry, or the 502, should not wait for a whole generation)."""
         read = 0
         try:
             async with asyncio.timeout(DRAIN_SECONDS):
-                while read < self.settings.hold_limit and not stream.ended:
+                while read < limit and not stream.ended:
                     chunk = await reply.chunk()
                     read += len(chunk)
                     for event in decoder.feed(chunk) if chunk else decoder.flush():

@@ -52,6 +52,7 @@ class Mode(StrEnum):
     RETRY = "retry"
     FAIL = "fail"
     OBSERVE = "observe"
+    REPAIR = "repair"  # a readable leak becomes the structured call; anything else retries
 
 
 class Settings(BaseSettings):
