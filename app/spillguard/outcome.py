@@ -37,6 +37,9 @@ class Leak:
     attempt: int
     excerpt: str
     usage: Usage | None = None
+    # The structured calls a repair made of it, as a JSON array of {name, arguments}; None
+    # when it was not repaired.
+    repaired: str | None = None
 
 
 @dataclass(frozen=True)
