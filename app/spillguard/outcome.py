@@ -59,6 +59,7 @@ class Outcome:
     request_id: str
     route: str
     mode: str
+    upstream: str = "default"  # the named upstream the request went to
     stream: bool = False
     model: str | None = None
     action: Action = Action.FORWARDED
