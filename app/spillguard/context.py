@@ -10,7 +10,7 @@ shape of spillguard's own errors, and whether `request-id` (Anthropic's spelling
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -93,6 +93,10 @@ class Context:
             headers["authorization"] = f"Bearer {key.get_secret_value()}"
         headers["x-request-id"] = outcome.request_id
         return headers
+
+    def policy_for(self, headers: Mapping[str, str], model: str | None) -> Policy:
+        """The policy a request is held to, from its (lower-case) headers and its model."""
+        return self.policy
 
     def outcome_for(self, request: Request, route: str) -> Outcome:
         rid = request.headers.get("x-request-id") or f"sg-{uuid.uuid4().hex}"

@@ -80,7 +80,8 @@ async def _inspect(
         outcome.describe(model if isinstance(model, str) else None, obj.get("stream") is True)
     if not isinstance(obj, dict) or not tools.declared:
         return await _forward(ctx, decision.upstream, request, outcome, url, headers, body)
-    ex = Exchange("POST", url, headers, body, obj, tools, outcome, ctx.policy)
+    policy = ctx.policy_for(request.headers, outcome.model)
+    ex = Exchange("POST", url, headers, body, obj, tools, outcome, policy)
     if outcome.stream:
         return await _streamed(ctx, decision, request, ex)
     status, rheaders, data = await until_disconnect(request, decision.reply(ex))
