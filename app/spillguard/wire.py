@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .detect import Anomaly, Finding, ToolSet, TurnScanner
 from .errors import SpillguardError
@@ -19,6 +19,9 @@ from .rawjson import append_items
 from .sse import Event, Out
 from .start import KEEPALIVE
 from .usage import Usage, reply_usage
+
+if TYPE_CHECKING:  # until the core's `Call` lands (repair-core)
+    from .detect import Call
 
 
 def content_finding(
@@ -80,6 +83,22 @@ class Stream(Protocol):
         reported, never edited."""
 
 
+class Repairable(Protocol):
+    """A stream whose leak may be answered with the calls its markup spells out (repair mode).
+    The decision reads the upstream's stream to its end first (`Stream.ended`), then asks."""
+
+    @property
+    def markup(self) -> str | None:
+        """The leaking turn's markup, from the finding's start to the end of its field
+        (`TurnScanner.markup`); None when it cannot be repaired (more than the hold limit was
+        read, or the finding is not in a field this stream can replace)."""
+
+    def repair(self, calls: tuple[Call, ...]) -> list[Out] | None:
+        """What finishes the client's stream with `calls` in place of the markup: the calls,
+        the finish, usage and the trailer, every other field as the upstream sent it. None when
+        this stream cannot carry them (the decision falls back to the retry)."""
+
+
 @dataclass(frozen=True)
 class Chaining:
     """For an API whose later requests name earlier responses and items by id (Responses)."""
@@ -120,6 +139,15 @@ class Wire:
     reply_usage: Callable[[Any], Usage | None] = reply_usage
     stream_usage: Callable[[Stream], Usage | None] = lambda stream: None
     chaining: Chaining | None = None
+    # Repair mode. The whole reply with `calls` in place of its markup, from (raw reply, parsed
+    # reply, finding, prose before the markup, calls); None when this reply cannot carry them.
+    # A wire without it retries instead.
+    repair_reply: Callable[[bytes, Any, Finding, str, tuple[Call, ...]], bytes | None] | None = None
+    # The finding's markup in a parsed whole reply (its field from `Finding.start` on); None
+    # when there is none this wire can replace.
+    reply_markup: Callable[[Any, Finding], str | None] = lambda reply, finding: None
+    # The stream as one that can repair its leak; None when this stream cannot (retry).
+    repairable: Callable[[Stream], Repairable | None] = lambda stream: None
 
     def retry_request(
         self, raw: bytes, body: dict[str, Any], leaked: str, correction: str
