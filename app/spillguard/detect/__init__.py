@@ -20,9 +20,18 @@ How it runs. Sans-IO: pure functions and small state machines, no asyncio or HTT
 `Scanner` serves both paths: a stream feeds it each delta and publishes what it returns; a whole
 reply is the same scanner fed once and finished, so the two cannot disagree. Each character is
 read a bounded number of times, and every regular expression sees a bounded window.
+
+Repair. `read_calls(markup, family, tools)` turns a finding's markup (`TurnScanner.markup`: the
+text from `Finding.start` on, bounded by the hold limit) into the `Call`s the model meant, for
+`--mode repair`. One parser per family (`calls_json`, `calls_xml`, `calls_python`) must read the
+markup completely, every call must name a declared tool, and its arguments, bare-text values
+typed by the tool's schema (`schema`), must validate against that schema; anything else is None
+and the request is retried as without repair. Pythonic arguments are read as literals, never
+evaluated.
 """
 
 from .anomalies import Anomaly, AnomalyKind, call_anomalies
+from .calls import Call, read_calls
 from .scanner import Finding, Scanner, inspect_text
 from .tools import NO_TOOLS, ToolSet, declared_tools
 from .turn import TurnScanner
@@ -31,6 +40,7 @@ __all__ = [
     "NO_TOOLS",
     "Anomaly",
     "AnomalyKind",
+    "Call",
     "Finding",
     "Scanner",
     "ToolSet",
@@ -38,4 +48,5 @@ __all__ = [
     "call_anomalies",
     "declared_tools",
     "inspect_text",
+    "read_calls",
 ]

@@ -300,7 +300,7 @@ class BlobProbe:
         return any(name.startswith(prefix) for name in self._tools.names)
 
 
-def _unfence(text: str) -> str | None:
+def unfence(text: str) -> str | None:
     """The text inside one wrapping Markdown fence, the text itself when unfenced, or None
     when a fence opens but does not wrap the whole text."""
     stripped = text.strip(_WS)
@@ -408,7 +408,7 @@ def _pythonic_name(body: str, tools: ToolSet) -> str | None:
 
 def classify(text: str, tools: ToolSet) -> tuple[str, str] | None:
     """(family, tool name) when the whole text is one tool-call blob naming a declared tool."""
-    body = _unfence(text)
+    body = unfence(text)
     if body is None or not body:
         return None
     if body[0] == "[":

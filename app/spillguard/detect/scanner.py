@@ -200,8 +200,12 @@ class Scanner:
         self._code: tuple[int, int] | None = None  # (line start, backtick run) of a code span
         self._after_closer = -1  # where the text after a reasoning closer starts
         self._closer_next = False  # the text right after a closer is still to be judged
+        # The markup after a marker, kept for the finding's excerpt (`markup_limit`) and for
+        # repair (`markup`, up to `hold_limit`); `_markup_seen` counts all of it.
         self._markup: list[str] = []
         self._markup_len = 0
+        self._markup_seen = 0
+        self._blob_markup: str | None = None
         self._marker_family: str | None = None
         self._marker_start = 0
         self.finding: Finding | None = None
@@ -216,6 +220,18 @@ class Scanner:
     def holding(self) -> int:
         """How many characters are held back right now."""
         return self._seen - self._published
+
+    @property
+    def markup(self) -> str | None:
+        """After a finding: its whole markup so far (from `Finding.start` to the end of what was
+        fed), or None when it ran past the hold limit."""
+        if self._marker_family is None:
+            return self._blob_markup if self.finding is not None else None
+        if self._markup_seen > self._hold_limit:
+            return None
+        if len(self._markup) > 1:
+            self._markup = ["".join(self._markup)]
+        return self._markup[0] if self._markup else ""
 
     def feed(self, text: str) -> str:
         """Take the next delta; return the text that may be published now."""
@@ -256,9 +272,11 @@ class Scanner:
             self._judge(final=True)
         if self._marker_family is not None:
             markup = "".join(self._markup)
+            self._markup = [markup]
             family = markers.refine_family(self._marker_family, markup)
             name = markers.read_name(markup, self._tools.names)
-            self.finding = Finding(family, name, self._marker_start, self._field, markup)
+            excerpt = markup[: self._markup_limit]
+            self.finding = Finding(family, name, self._marker_start, self._field, excerpt)
             return self._release()
         self._held = False
         for probe, start in ((self._probe, 0), (self._after_probe, self._after_from)):
@@ -267,6 +285,7 @@ class Scanner:
                 rest = "".join(self._pending)[start - self._published :]
                 verdict = classify(rest, self._tools)
                 if verdict is not None:
+                    self._blob_markup = rest
                     excerpt = rest[: self._markup_limit]
                     self.finding = Finding(verdict[0], verdict[1], start, self._field, excerpt)
                     return self._release_to(start)
@@ -313,7 +332,8 @@ class Scanner:
         self._tail = ""
 
     def _keep_markup(self, text: str) -> None:
-        room = self._markup_limit - self._markup_len
+        self._markup_seen += len(text)
+        room = max(self._markup_limit, self._hold_limit) - self._markup_len
         if room > 0:
             piece = text[:room]
             self._markup.append(piece)

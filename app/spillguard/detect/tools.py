@@ -1,4 +1,5 @@
-"""What a request declared: the tool names and their parameter names, read defensively."""
+"""What a request declared: the tool names, their parameter names and schemas, read
+defensively."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from typing import Any
 @dataclass(frozen=True)
 class ToolSet:
     """The function tools a request declared. `declared` is true even when no name is readable
-    (built-in tools, malformed entries): the request still asked for tool calling."""
+    (built-in tools, malformed entries): the request still asked for tool calling. `schemas`
+    holds each tool's parameter JSON Schema as the request wrote it; a tool without one takes
+    any object."""
 
     declared: bool = False
     names: frozenset[str] = frozenset()
     params: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    schemas: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def all_params(self) -> frozenset[str]:
@@ -35,10 +39,10 @@ def _param_names(schema: Any) -> frozenset[str]:
     return frozenset()
 
 
-def _read(entry: Any) -> tuple[str, frozenset[str]] | None:
+def _read(entry: Any) -> tuple[str, Any] | None:
     """One tool entry in any of the four spellings: Chat Completions nested, legacy
     `functions`, Responses flat, Anthropic Messages (`name`, `input_schema`, type absent or
-    `custom`)."""
+    `custom`): its name and its parameter schema (None when absent)."""
     if not isinstance(entry, dict):
         return None
     fn = entry.get("function")
@@ -48,8 +52,7 @@ def _read(entry: Any) -> tuple[str, frozenset[str]] | None:
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         return None
-    schema = spec.get("parameters", spec.get("input_schema"))
-    return name, _param_names(schema)
+    return name, spec.get("parameters", spec.get("input_schema"))
 
 
 def declared_tools(body: Any) -> ToolSet:
@@ -73,8 +76,14 @@ def declared_tools(body: Any) -> ToolSet:
     if not entries:
         return NO_TOOLS
     params: dict[str, frozenset[str]] = {}
+    schemas: dict[str, Any] = {}
     for entry in entries:
         read = _read(entry)
         if read is not None:
-            params[read[0]] = read[1]
-    return ToolSet(declared=True, names=frozenset(params), params=params)
+            name, schema = read
+            params[name] = _param_names(schema)
+            if schema is not None:
+                schemas[name] = schema
+            else:
+                schemas.pop(name, None)  # a later entry of the same name wins, as for params
+    return ToolSet(declared=True, names=frozenset(params), params=params, schemas=schemas)

@@ -61,6 +61,15 @@ class TurnScanner:
         return None
 
     @property
+    def markup(self) -> str | None:
+        """The whole markup of the finding's field, from `Finding.start` to what has been fed so
+        far, or None when there is no finding or the markup ran past the hold limit."""
+        found = self.finding
+        if found is None:
+            return None
+        return (self.content if found.field == "content" else self.reasoning).markup
+
+    @property
     def certain(self) -> bool:
         """A marker has already been seen in content: the turn will end with a finding."""
         return self.content.marker_seen

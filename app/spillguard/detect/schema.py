@@ -1,0 +1,177 @@
+"""A tool's declared JSON Schema: typing text values by it, and validating arguments against it.
+
+Schemas come from clients, with every request. They are validated by `jsonschema` (it
+interprets the schema; it never generates or runs code from it), the draft chosen by `$schema`
+(2020-12 when absent or unknown). A compiled validator is cached per schema, keyed by the
+schema's canonical JSON, in a bounded LRU: the same tools arrive request after request. A
+schema that is itself invalid, or that fails while validating (an unresolvable `$ref`, an
+unsupported construct), validates nothing: the caller falls back to the retry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]  # no stubs shipped; used through Any
+
+Validator = Any  # a jsonschema validator instance or class (the library ships no types)
+
+CACHE_SIZE = 256
+
+
+def _drafts() -> dict[str, Validator]:
+    """Each draft's validator by its meta-schema URI (without `#`, http or https)."""
+    out: dict[str, Validator] = {}
+    for cls in (
+        jsonschema.Draft202012Validator,
+        jsonschema.Draft201909Validator,
+        jsonschema.Draft7Validator,
+        jsonschema.Draft6Validator,
+        jsonschema.Draft4Validator,
+        jsonschema.Draft3Validator,
+    ):
+        uri = str(cls.META_SCHEMA.get("$id", cls.META_SCHEMA.get("id", ""))).rstrip("#")
+        out[uri] = out[uri.replace("https://", "http://")] = cls
+    return out
+
+
+_DRAFTS = _drafts()
+
+
+@dataclass(frozen=True)
+class Untyped:
+    """A parameter value the model wrote as bare text (XML-ish families): its JSON type is
+    decided by the tool's schema."""
+
+    text: str
+
+
+def canonical(schema: Any) -> str:
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _compiled(key: str) -> Validator | None:
+    """The validator of one schema (given as its canonical JSON), or None if it is invalid."""
+    try:
+        schema = json.loads(key)
+        if isinstance(schema, dict):
+            uri = schema.get("$schema")
+            draft = _DRAFTS.get(uri.rstrip("#"), None) if isinstance(uri, str) else None
+            cls = draft or jsonschema.Draft202012Validator
+        elif isinstance(schema, bool):
+            cls = jsonschema.Draft202012Validator
+        else:
+            return None
+        cls.check_schema(schema)
+        return cls(schema)
+    except Exception:  # a client's schema may break the library in any way: no repair
+        return None
+
+
+def validator(schema: Any) -> Validator | None:
+    """The cached validator of `schema`, or None if it is not a valid JSON Schema."""
+    try:
+        key = canonical(schema)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return _compiled(key)
+
+
+def valid(arguments: Mapping[str, Any], schema: Any) -> bool:
+    """Whether `arguments` satisfy `schema`; an invalid schema satisfies nothing."""
+    check = validator(schema)
+    if check is None:
+        return False
+    try:
+        return bool(check.is_valid(arguments))
+    except Exception:  # an unresolvable $ref, a pathological pattern: no repair
+        return False
+
+
+# ---- typing bare text by the schema ---------------------------------------------------------
+
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,4000})")
+
+
+def _types(schema: Any) -> set[str]:
+    """The JSON types a property schema admits (from `type`, `enum`/`const`, and the branches of
+    `anyOf`/`oneOf`); empty when it says nothing."""
+    if not isinstance(schema, dict):
+        return set()
+    out: set[str] = set()
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        out.add(declared)
+    elif isinstance(declared, list):
+        out.update(t for t in declared if isinstance(t, str))
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list):
+            for branch in branches:
+                out |= _types(branch)
+    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if isinstance(values, list):
+        for value in values:
+            out.add(_json_type(value))
+    return out
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def type_text(text: str, schema: Any) -> Any:
+    """The value bare `text` stands for under a property's schema. A schema that admits a string
+    (or says nothing) keeps the text verbatim; otherwise the first admitted type the text reads
+    as wins; text that reads as none stays a string, for validation to refuse."""
+    types = _types(schema)
+    if not types or "string" in types:
+        return text
+    word = text.strip()
+    if "null" in types and word == "null":
+        return None
+    if "boolean" in types and word in ("true", "false"):
+        return word == "true"
+    if "integer" in types and _INTEGER.fullmatch(word):
+        return int(word)
+    if "number" in types:
+        try:
+            number = json.loads(word)
+        except ValueError:
+            number = None
+        if isinstance(number, int | float) and not isinstance(number, bool):
+            return number
+    if types & {"object", "array"}:
+        try:
+            value = json.loads(word)
+        except (ValueError, RecursionError):
+            return text
+        if ("object" in types and isinstance(value, dict)) or (
+            "array" in types and isinstance(value, list)
+        ):
+            return value
+    return text
+
+
+def properties(schema: Any) -> Mapping[str, Any]:
+    if isinstance(schema, dict):
+        props = schema.get("properties")
+        if isinstance(props, dict):
+            return props
+    return {}
