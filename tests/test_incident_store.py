@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +15,19 @@ import psycopg
 import pytest
 
 from spillguard.incident_postgres import PostgresStore, shown
-from spillguard.incident_query import Filters, read_incidents
+from spillguard.incident_query import Filters, incident_stats, read_incidents
 from spillguard.incident_sqlite import SqliteStore
 from spillguard.incident_store import (
     COLUMNS,
     VERSION,
-    WRITTEN,
+    Incident,
     IncidentStore,
     StoreUnavailable,
     open_store,
 )
 from spillguard.incidents import now_iso, rows_for
-from spillguard.outcome import Outcome
+from spillguard.outcome import Action, Irregularity, Outcome
+from spillguard.usage import Usage
 from tests.pgserver import Server, database
 
 pytest_plugins = ["tests.pg_fixtures"]  # its PostgreSQL fixtures
@@ -33,9 +35,12 @@ pytest_plugins = ["tests.pg_fixtures"]  # its PostgreSQL fixtures
 HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'
 
 
-def leak(rid: str = "r", excerpt: str = HERMES) -> list[tuple[Any, ...]]:
+NO_COST = dict(input_tokens=None, output_tokens=None, repaired_calls=None)
+
+
+def leak(rid: str = "r", excerpt: str = HERMES, usage: Usage | None = None) -> list[Incident]:
     o = Outcome(request_id=rid, route="chat", mode="retry", model="m", action="retried")
-    o.finding("hermes", "get_weather", 1, excerpt)
+    o.finding("hermes", "get_weather", 1, excerpt, usage)
     return rows_for(o, 4000, str, now_iso())
 
 
@@ -79,7 +84,6 @@ def test_both_stores_hold_the_same_table(tmp_path: Path, pg_url: str) -> None:
         ]
     # The key is NOT NULL in both (SQLite's INTEGER PRIMARY KEY does not say so).
     assert [(n, nn or n == "id") for n, nn in mine] == theirs
-    assert [n for n, _ in theirs] == ["id", *WRITTEN]
 
 
 def test_writes_read_back_in_order(store: IncidentStore) -> None:
@@ -89,6 +93,37 @@ def test_writes_read_back_in_order(store: IncidentStore) -> None:
     assert [r["request_id"] for r in got] == ["one", "two"]
     assert list(got[0]) == list(COLUMNS)
     assert got[0]["excerpt"] == HERMES and got[0]["kind"] == "leak"
+
+
+CALLS = '[{"name": "get_weather", "arguments": "{\\"city\\": \\"Lisbon\\"}"}]'
+
+
+def test_what_leaks_cost_and_repairs_made_are_kept(store: IncidentStore) -> None:
+    billed = Outcome(request_id="billed", route="chat", mode="retry", model="m", action="failed")
+    billed.finding("hermes", "get_weather", 1, HERMES, Usage(812, 64))
+    billed.finding("hermes", "get_weather", 2, HERMES)  # this reply did not say
+    fixed = Outcome(request_id="fixed", route="responses", mode="repair", model="m")
+    fixed.act(Action.REPAIRED)
+    fixed.upstream = "eu"
+    fixed.finding("hermes", "get_weather", 1, HERMES, Usage(500, 40))
+    fixed.findings[0] = replace(fixed.findings[0], repaired=CALLS)
+    odd = Outcome(request_id="odd", route="chat", mode="retry", model="m", action="passed")
+    odd.anomalies.append(Irregularity("undeclared_tool", "rm", 1))
+    store.open()
+    store.write([row for o in (billed, fixed, odd) for row in rows_for(o, 4000, str, now_iso())])
+    fields = ("request_id", "kind", "input_tokens", "output_tokens", "repaired_calls", "upstream")
+    got = [tuple(r[c] for c in (*fields, "action")) for r in read_incidents(store, Filters())]
+    assert got == [
+        ("billed", "leak", 812, 64, None, "default", "failed"),
+        ("billed", "leak", None, None, None, "default", "failed"),
+        ("fixed", "leak", 500, 40, CALLS, "eu", "repaired"),
+        ("odd", "undeclared_tool", None, None, None, "default", "passed"),
+    ]
+    stats = [
+        (r["kind"], r["incidents"], r["requests"], r["input_tokens"], r["output_tokens"])
+        for r in incident_stats(store, Filters())
+    ]
+    assert stats == [("leak", 3, 2, 1312, 104), ("undeclared_tool", 1, 1, None, None)]
 
 
 def test_a_batch_sent_twice_is_stored_once(store: IncidentStore) -> None:
@@ -121,51 +156,128 @@ def test_reading_an_empty_store_finds_nothing_and_creates_nothing(
 
 # ---- migrations --------------------------------------------------------------------------------
 
+# Every table, made fresh or migrated, in this column order (a migration appends).
+LAYOUT = [
+    *("id", "time", "request_id", "route", "mode", "model", "family", "tool_name", "action"),
+    *("attempt", "excerpt", "excerpt_chars", "kind", "uid", "input_tokens", "output_tokens"),
+    *("repaired_calls", "upstream"),
+]
+# The table as spillguard 1 made it (in SQLite's words: PostgreSQL's key is spelled apart).
 V1 = """CREATE TABLE incidents (id INTEGER PRIMARY KEY, time TEXT NOT NULL,
     request_id TEXT NOT NULL, route TEXT NOT NULL, mode TEXT NOT NULL, model TEXT,
     family TEXT NOT NULL, tool_name TEXT, action TEXT NOT NULL, attempt INTEGER NOT NULL,
     excerpt TEXT NOT NULL, excerpt_chars INTEGER NOT NULL)"""
-OLD_ROW = ("2025-01-01T00:00:00.000+00:00", "old", "chat", "retry", "m", "xai", None)
-OLD_ROW += ("failed", 1, "<old>", 5)
+LATER = {
+    2: ["ALTER TABLE incidents ADD COLUMN kind TEXT NOT NULL DEFAULT 'leak'"],
+    3: [
+        "ALTER TABLE incidents ADD COLUMN uid TEXT",
+        "CREATE INDEX incidents_time ON incidents (time)",
+        "CREATE UNIQUE INDEX incidents_uid ON incidents (uid)",
+    ],
+}
+OLD = dict(
+    time="2025-01-01T00:00:00.000+00:00",
+    request_id="old",
+    route="chat",
+    mode="retry",
+    model="m",
+    family="xai",
+    tool_name=None,
+    action="failed",
+    attempt=1,
+    excerpt="<old>",
+    excerpt_chars=5,
+)
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_sqlite_files_of_older_versions_are_migrated(tmp_path: Path, version: int) -> None:
-    path = tmp_path / "old.sqlite3"
-    with sqlite3.connect(path) as db:
-        db.execute(V1)
-        if version == 2:
-            db.execute("ALTER TABLE incidents ADD COLUMN kind TEXT NOT NULL DEFAULT 'leak'")
-            db.execute("PRAGMA user_version = 2")
-        marks = ", ".join("?" for _ in OLD_ROW)
-        db.execute(f"INSERT INTO incidents ({', '.join(COLUMNS[:-1])}) VALUES ({marks})", OLD_ROW)
-    before = read_incidents(str(path), Filters())  # read as it is, before any migration
-    store = SqliteStore(str(path))
+def old_table(version: int, run: Any, key: str = "INTEGER PRIMARY KEY", mark: str = "?") -> None:
+    """The table as spillguard `version` made it, holding one row it wrote."""
+    run(V1.replace("INTEGER PRIMARY KEY", key))
+    for later in range(2, version + 1):
+        for statement in LATER[later]:
+            run(statement)
+    row = dict(OLD) | ({"uid": "0" * 32} if version >= 3 else {})
+    run(f"INSERT INTO incidents ({', '.join(row)}) VALUES ({', '.join(mark for _ in row)})", row)
+
+
+def layout(store: IncidentStore) -> list[str]:
+    if isinstance(store, SqliteStore):
+        with sqlite3.connect(store.path) as db:
+            return [r[1] for r in db.execute("PRAGMA table_info(incidents)")]
+    assert isinstance(store, PostgresStore)
+    with psycopg.connect(store.url) as db:
+        return [
+            name
+            for (name,) in db.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_name = 'incidents' ORDER BY ordinal_position"
+            )
+        ]
+
+
+def made_by(version: int, store: IncidentStore) -> None:
+    if isinstance(store, SqliteStore):
+        with sqlite3.connect(store.path) as db:
+            old_table(version, lambda q, a=(): db.execute(q, tuple(a.values()) if a else ()))
+            db.execute(f"PRAGMA user_version = {version if version > 1 else 0}")
+        return
+    assert isinstance(store, PostgresStore)
+    with psycopg.connect(store.url) as pg:
+        key = "BIGSERIAL PRIMARY KEY"
+        old_table(version, lambda q, a=(): pg.execute(q, tuple(a.values()) if a else ()), key, "%s")
+
+
+def test_a_fresh_table_has_the_layout(store: IncidentStore) -> None:
     store.open()
-    store.write(leak("new"))
     store.close()
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (VERSION,)
-        columns = [r[1] for r in db.execute("PRAGMA table_info(incidents)")]
-    assert columns == ["id", *WRITTEN]
-    after = read_incidents(str(path), Filters())
-    assert after[0] == before[0] and after[0]["kind"] == "leak"
+    assert layout(store) == LAYOUT
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_tables_of_older_versions_are_read_then_migrated(
+    store: IncidentStore, version: int
+) -> None:
+    made_by(version, store)
+    before = read_incidents(store, Filters())  # read as it is, before any migration
+    assert before == [OLD | dict(kind="leak", **NO_COST, upstream=None)]
+    [stats] = incident_stats(store, Filters())
+    assert (stats["incidents"], stats["input_tokens"], stats["output_tokens"]) == (1, None, None)
+    store.open()
+    batch = leak("new", usage=Usage(120, 30))
+    store.write(batch)
+    store.write(batch)  # sent twice, stored once: `uid` is there and unique
+    store.close()
+    assert layout(store) == LAYOUT
+    if isinstance(store, SqliteStore):
+        with sqlite3.connect(store.path) as db:
+            assert db.execute("PRAGMA user_version").fetchone() == (VERSION,)
+    after = read_incidents(store, Filters())
+    assert after[0] == before[0]
     assert [r["request_id"] for r in after] == ["old", "new"]
+    assert (after[1]["input_tokens"], after[1]["output_tokens"]) == (120, 30)
+    stats = [
+        (r["family"], r["incidents"], r["input_tokens"], r["output_tokens"])
+        for r in incident_stats(store, Filters())
+    ]
+    assert stats == [("hermes", 1, 120, 30), ("xai", 1, None, None)]  # the old row's cost unknown
 
 
-def test_a_postgres_table_without_uid_is_migrated(pg_url: str) -> None:
-    with psycopg.connect(pg_url) as db:
-        db.execute(V1.replace("INTEGER PRIMARY KEY", "BIGSERIAL PRIMARY KEY"))
-        db.execute("ALTER TABLE incidents ADD COLUMN kind TEXT NOT NULL DEFAULT 'leak'")
-        marks = ", ".join("%s" for _ in OLD_ROW)
-        db.execute(f"INSERT INTO incidents ({', '.join(COLUMNS[:-1])}) VALUES ({marks})", OLD_ROW)
-    store = PostgresStore(pg_url)
+def test_a_newer_table_is_left_as_it_is(tmp_path: Path) -> None:
+    """A file a later spillguard migrated further (a column this one does not know): opened
+    and written without a change to its table."""
+    path = str(tmp_path / "newer.sqlite3")
+    SqliteStore(path).open()
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE incidents ADD COLUMN later TEXT")
+        db.execute(f"PRAGMA user_version = {VERSION + 1}")
+    store = SqliteStore(path)
     store.open()
-    batch = leak("new")
-    store.write(batch)
-    store.write(batch)
+    store.write(leak("now"))
     store.close()
-    assert [r["request_id"] for r in read_incidents(pg_url, Filters())] == ["old", "new"]
+    assert layout(store) == [*LAYOUT, "later"]
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (VERSION + 1,)
+    assert [r["request_id"] for r in read_incidents(path, Filters())] == ["now"]
 
 
 def test_replicas_starting_together_create_the_table_once(pg_url: str) -> None:

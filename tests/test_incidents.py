@@ -24,6 +24,7 @@ from spillguard.incident_store import COLUMNS, open_store
 from spillguard.incidents import IncidentWriter, iso, rows_for
 from spillguard.outcome import Outcome
 from spillguard.scripted import Turn, call
+from spillguard.usage import Usage
 from tests.conftest import chat_body
 from tests.pgserver import Server, database
 
@@ -98,6 +99,23 @@ async def test_every_field_lands(harness: Any, tmp_path: Path, stream: bool) -> 
     assert row["attempt"] == 1
     assert row["excerpt"] == HERMES
     assert row["excerpt_chars"] == len(HERMES)
+    # What the leaked attempt cost, as its reply said (a stream says only when asked to).
+    tokens = (row["input_tokens"], row["output_tokens"])
+    assert tokens == ((None, None) if stream else (10, 5))
+    assert row["repaired_calls"] is None
+    assert row["upstream"] == "default"
+
+
+async def test_a_stream_asked_for_usage_records_its_cost(harness: Any, tmp_path: Path) -> None:
+    db = tmp_path / "incidents.sqlite3"
+    h = await harness(Turn(content=HERMES), REAL, incidents_db=str(db))
+    body = chat_body(stream=True) | {"stream_options": {"include_usage": True}}
+    async with h.http() as http:
+        assert (await http.post("/chat/completions", json=body)).status_code == 200
+    await h.proxy.stop()
+    h.proxy = None
+    [row] = rows(db)
+    assert (row["input_tokens"], row["output_tokens"]) == (10, 5)
 
 
 async def test_double_leak_records_both_attempts(harness: Any, tmp_path: Path) -> None:
@@ -289,9 +307,13 @@ def empty(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from target_for(request, tmp_path)
 
 
+# What some of the leaked attempts cost (the others' replies did not say).
+COST = {("r2", 1): Usage(1200, 80), ("r4", 1): Usage(900, 60), ("r4", 2): Usage(950, 70)}
+
+
 @pytest.fixture(params=STORES)
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A store holding five incidents of three requests, written as the writer writes them."""
+    """A store holding five incidents of four requests, written as the writer writes them."""
     data = [
         (NOW - timedelta(days=3), "r1", "deepseek-chat", "deepseek", "get_weather", "failed", 1),
         (NOW - timedelta(hours=5), "r2", "deepseek-chat", "dsml", "get_weather", "retried", 1),
@@ -304,7 +326,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         rows = []
         for when, rid, model, family, tool, action, attempt in data:
             o = Outcome(request_id=rid, route="chat", mode="retry", model=model, action=action)
-            o.finding(family, tool, attempt, f"<leak {rid}>\nline, two")
+            o.finding(family, tool, attempt, f"<leak {rid}>\nline, two", COST.get((rid, attempt)))
             rows += rows_for(o, 100, str, iso(when))
         store.open()
         store.write(rows)
@@ -326,6 +348,9 @@ def test_list_table(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert len(lines) == 5
     assert "r1" in lines[0] and "r4" in lines[-1]  # oldest first
     assert "<leak r1>\\nline, two" in lines[0]  # one line per incident
+    # The tokens when the leaked attempt's reply said them (no repair; the default upstream).
+    assert lines[0].split()[-2:] == ["leak", "default"]
+    assert lines[1].split()[-4:] == ["leak", "1200", "80", "default"]
 
 
 def test_list_is_the_default_action(db: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -398,23 +423,28 @@ def test_stats(db: str, capsys: pytest.CaptureFixture[str]) -> None:
         ("deepseek-chat", "deepseek", 1, 1),
         ("grok-4", "xai", 1, 1),
     ]
+    # The leaked attempts' tokens, summed over the rows whose reply said what it cost.
+    assert [(r["input_tokens"], r["output_tokens"]) for r in got] == [
+        (1200 + 900 + 950, 80 + 60 + 70),
+        (None, None),
+        (None, None),
+    ]
     code, out, _ = run(capsys, "stats", "--db", db)
     assert out.splitlines()[0].split() == [
-        "model",
-        "kind",
-        "family",
-        "incidents",
-        "requests",
-        "first",
-        "last",
+        *("model", "kind", "family", "incidents", "requests"),
+        *("input_tokens", "output_tokens", "first", "last"),
     ]
-    assert out.splitlines()[1].split()[:5] == ["deepseek-chat", "leak", "dsml", "3", "2"]
+    assert out.splitlines()[1].split()[:7] == [
+        *("deepseek-chat", "leak", "dsml", "3", "2", "3050", "210"),
+    ]
+    # No cost known: the token cells are empty.
+    assert out.splitlines()[2].split()[3:6] == ["1", "1", iso(NOW - timedelta(days=3))]
     assert out.splitlines()[-1] == "5 incidents"
     code, out, _ = run(capsys, "stats", "--db", db, "--since", "1d", "--format", "csv")
     got = list(csv.DictReader(io.StringIO(out)))
-    assert [(r["model"], r["family"], r["incidents"]) for r in got] == [
-        ("deepseek-chat", "dsml", "3"),
-        ("grok-4", "xai", "1"),
+    assert [(r["model"], r["family"], r["incidents"], r["input_tokens"]) for r in got] == [
+        ("deepseek-chat", "dsml", "3", "3050"),
+        ("grok-4", "xai", "1", ""),
     ]
 
 

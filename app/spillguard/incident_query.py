@@ -12,7 +12,10 @@ from .incident_store import COLUMNS, IncidentStore, open_store
 from .incidents import iso
 from .spans import parse_span
 
-STATS_COLUMNS = ("model", "kind", "family", "incidents", "requests", "first", "last")
+STATS_COLUMNS = (
+    *("model", "kind", "family", "incidents", "requests"),
+    *("input_tokens", "output_tokens", "first", "last"),
+)
 
 
 def parse_since(text: str, now: datetime | None = None) -> str:
@@ -69,11 +72,14 @@ def read_incidents(
 
 
 def incident_stats(target: str | IncidentStore, filters: Filters) -> list[dict[str, Any]]:
-    """Counts per model, kind and family, most incidents first."""
+    """Counts per model, kind and family, most incidents first, with the tokens the upstream
+    billed for the leaked attempts: the sum over the rows whose reply said (None when none
+    did)."""
     where, args = filters.where()
     statement = (
         "SELECT model, kind, family, count(*) AS incidents,"
         " count(DISTINCT request_id) AS requests,"
+        " sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,"
         f" min(time) AS first, max(time) AS last FROM incidents{where}"
         " GROUP BY model, kind, family"
         " ORDER BY incidents DESC, coalesce(model, ''), kind, family"

@@ -14,21 +14,22 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .incident_store import (
-    ADDED,
     INDEXES,
     INSERT,
-    LEAK,
     VERSION,
     IncidentDbError,
     Row,
     StoreRejected,
     StoreUnavailable,
+    added,
+    as_current,
     sql,
     table_ddl,
 )
 
 MARK = "?"
 SCHEMA = ";\n".join([table_ddl("id INTEGER PRIMARY KEY", "TEXT"), *INDEXES]) + ";\n"
+ADDED = added("TEXT")
 
 
 class SqliteStore:
@@ -119,7 +120,7 @@ class SqliteStore:
 def _migrate(db: sqlite3.Connection) -> None:
     """Create the table, or bring one an older spillguard wrote up to VERSION."""
     (version,) = db.execute("PRAGMA user_version").fetchone()
-    if version >= VERSION and "uid" in _columns(db):
+    if version >= VERSION and {name for name, _ in ADDED} <= _columns(db):
         return
     db.executescript(table_ddl("id INTEGER PRIMARY KEY", "TEXT"))
     have = _columns(db)
@@ -150,13 +151,14 @@ def _reader(path: str) -> sqlite3.Connection:
 
 
 def _readable(db: sqlite3.Connection) -> bool:
-    """True when the database has incidents. One written before kinds were recorded is read
-    through a view that calls every row a leak (the file itself is opened read-only)."""
+    """True when the database has incidents. One an older spillguard wrote is read through a
+    temporary view that has every column (the file itself is opened read-only)."""
     row = db.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'incidents'"
     ).fetchone()
     if row is None:
         return False
-    if "kind" not in _columns(db):
-        db.execute(f"CREATE TEMP VIEW incidents AS SELECT *, '{LEAK}' AS kind FROM main.incidents")
+    older = as_current(_columns(db), "main.incidents")
+    if older is not None:
+        db.execute(f"CREATE TEMP VIEW incidents AS {older}")
     return True

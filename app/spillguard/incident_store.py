@@ -9,23 +9,33 @@ they hold the same columns and answer the same queries the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-COLUMNS = (
-    "time",
-    "request_id",
-    "route",
-    "mode",
-    "model",
-    "family",
-    "tool_name",
-    "action",
-    "attempt",
-    "excerpt",
-    "excerpt_chars",
-    "kind",
-)
-WRITTEN = (*COLUMNS, "uid")  # what the writer inserts; `uid` is not shown to readers
+
+class Incident(NamedTuple):
+    """One row as the writer inserts it (`WRITTEN` order)."""
+
+    time: str
+    request_id: str
+    route: str
+    mode: str
+    model: str | None
+    family: str
+    tool_name: str | None
+    action: str
+    attempt: int
+    excerpt: str
+    excerpt_chars: int
+    kind: str
+    input_tokens: int | None
+    output_tokens: int | None
+    repaired_calls: str | None
+    upstream: str | None
+    uid: str
+
+
+WRITTEN = Incident._fields
+COLUMNS = tuple(c for c in WRITTEN if c != "uid")  # what readers see: `uid` is the writer's
 LEAK = "leak"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -50,18 +60,43 @@ CREATE TABLE IF NOT EXISTS incidents (
     excerpt {text} NOT NULL,        -- the offending text, truncated to incident_excerpt_limit
     excerpt_chars INTEGER NOT NULL, -- its length before truncation
     kind {text} NOT NULL DEFAULT '{LEAK}', -- leak, or a missing or malformed structured call
-    uid {text}                      -- made by the writer: a batch sent twice is stored once
+    uid {text},                     -- made by the writer: a batch sent twice is stored once
+    input_tokens INTEGER,           -- what the upstream billed for the leaked attempt, when
+    output_tokens INTEGER,          --   its reply said (NULL otherwise, and for anomalies)
+    repaired_calls {text},          -- the calls a repair made of the finding, a JSON array
+    upstream {text}                 -- the named upstream the request went to
 )"""
 
 
 # Columns later versions added, in order, for tables an older spillguard made: 1 had no `kind`
-# (every row was a leak), 2 no `uid`.
-ADDED = (("kind", f"TEXT NOT NULL DEFAULT '{LEAK}'"), ("uid", "TEXT"))
+# (every row was a leak), 2 no `uid`, 3 none of the last four. Each with its type ({t}: the
+# store's text) and what a reader takes it to hold in a table without it.
+_ADDED = (
+    ("kind", f"{{t}} NOT NULL DEFAULT '{LEAK}'", f"'{LEAK}'"),
+    ("uid", "{t}", "CAST(NULL AS TEXT)"),
+    ("input_tokens", "INTEGER", "CAST(NULL AS INTEGER)"),
+    ("output_tokens", "INTEGER", "CAST(NULL AS INTEGER)"),
+    ("repaired_calls", "{t}", "CAST(NULL AS TEXT)"),
+    ("upstream", "{t}", "CAST(NULL AS TEXT)"),
+)
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS incidents_time ON incidents (time)",
     "CREATE UNIQUE INDEX IF NOT EXISTS incidents_uid ON incidents (uid)",
 )
-VERSION = 3
+VERSION = 4
+
+
+def added(text: str) -> list[tuple[str, str]]:
+    """The columns a table may lack, each with its type, given the store's spelling of text."""
+    return [(name, ddl.replace("{t}", text)) for name, ddl, _ in _ADDED]
+
+
+def as_current(have: set[str], table: str) -> str | None:
+    """A query reading `table`, made by an older spillguard and lacking some columns, as if it
+    had them all; None when it lacks none."""
+    fill = [f"{value} AS {name}" for name, _, value in _ADDED if name not in have]
+    return f"SELECT *, {', '.join(fill)} FROM {table}" if fill else None
+
 
 INSERT = (
     f"INSERT INTO incidents ({', '.join(WRITTEN)}) VALUES ({', '.join('{m}' for _ in WRITTEN)})"
@@ -129,7 +164,8 @@ class IncidentStore(Protocol):
 
     def read(self, statement: str, args: Sequence[Any]) -> list[dict[str, Any]]:
         """A reader's query on a connection of its own that can change nothing. No table
-        yet: no rows. Raises IncidentDbError."""
+        yet: no rows; a table an older spillguard made reads as if it had every column (what
+        it lacks as `as_current` says). Raises IncidentDbError."""
         ...
 
 

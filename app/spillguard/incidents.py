@@ -21,8 +21,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from .incident_store import LEAK, IncidentStore, Row, StoreRejected, StoreUnavailable
-from .outcome import Outcome
+from .incident_store import (
+    LEAK,
+    Incident,
+    IncidentStore,
+    Row,
+    StoreRejected,
+    StoreUnavailable,
+)
+from .outcome import Irregularity, Leak, Outcome
 from .retention import Retention, prune
 
 log = logging.getLogger("spillguard")
@@ -60,23 +67,38 @@ def storable(text: str) -> str:
 
 def rows_for(
     outcome: Outcome, excerpt_limit: int, clean: Callable[[str], str], when: str
-) -> list[Row]:
-    """One row per finding of a recorded outcome, in `incident_store.WRITTEN` order."""
+) -> list[Incident]:
+    """One row per finding of a recorded outcome."""
 
     def text(value: str | None) -> str | None:
         return None if value is None else clean(storable(value))
 
-    head = (when, text(outcome.request_id), outcome.route, outcome.mode, text(outcome.model))
-    action = str(outcome.action)
-    rows: list[Row] = []
-    for odd in outcome.anomalies:  # no text: the structured call itself is the evidence
-        tool = text(odd.tool_name)
-        rows.append((*head, "", tool, action, odd.attempt, "", 0, odd.kind, uuid.uuid4().hex))
-    for found in outcome.findings:
-        excerpt = text(found.excerpt[:excerpt_limit])
-        tool, chars, uid = text(found.tool_name), len(found.excerpt), uuid.uuid4().hex
-        rows.append((*head, found.family, tool, action, found.attempt, excerpt, chars, LEAK, uid))
-    return rows
+    def row(kind: str, found: Leak | Irregularity, family: str, excerpt: str) -> Incident:
+        leak = found if isinstance(found, Leak) else None
+        usage = leak.usage if leak is not None else None
+        return Incident(
+            time=when,
+            request_id=clean(storable(outcome.request_id)),
+            route=outcome.route,
+            mode=outcome.mode,
+            model=text(outcome.model),
+            family=family,
+            tool_name=text(found.tool_name),
+            action=str(outcome.action),
+            attempt=found.attempt,
+            excerpt=clean(storable(excerpt[:excerpt_limit])),
+            excerpt_chars=len(excerpt),
+            kind=kind,
+            input_tokens=usage.input_tokens if usage is not None else None,
+            output_tokens=usage.output_tokens if usage is not None else None,
+            repaired_calls=text(leak.repaired) if leak is not None else None,
+            upstream=text(outcome.upstream),
+            uid=uuid.uuid4().hex,
+        )
+
+    # An anomaly has no text: the structured call itself is the evidence.
+    rows = [row(odd.kind, odd, "", "") for odd in outcome.anomalies]
+    return rows + [row(LEAK, found, found.family, found.excerpt) for found in outcome.findings]
 
 
 class Throttle:
