@@ -16,10 +16,13 @@ from typing import Any
 
 from . import schema
 from .calls_json import JSON_PARSERS
+from .calls_python import PYTHON_PARSERS
+from .calls_xml import XML_PARSERS
 from .reading import Draft, NoParse, Parser
 from .tools import ToolSet
 
-PARSERS: Mapping[str, Parser] = {**JSON_PARSERS}
+# Families not here have no regular structure to read without guessing, and are retried.
+PARSERS: Mapping[str, Parser] = {**JSON_PARSERS, **XML_PARSERS, **PYTHON_PARSERS}
 
 
 @dataclass(frozen=True)

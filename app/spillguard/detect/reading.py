@@ -47,8 +47,8 @@ def word(text: str) -> str:
 
 
 # What may end a turn after the markup: the end-of-turn tokens that leak with it.
-_END = re.compile(
-    r"\s*(?:"
+_END_TOKEN = re.compile(
+    "(?:"
     + "|".join(
         token(*w)
         for w in (
@@ -61,8 +61,18 @@ _END = re.compile(
             ("end", "of", "sentence"),
         )
     )
-    + r"|</s>)?\s*\Z"
+    + r"|</s>)\Z"
 )
+_LONGEST_END = 48
+
+
+def tail_start(text: str) -> int:
+    """Where the white space and the end-of-turn token that may follow the markup begin."""
+    end = len(text.rstrip())
+    match = _END_TOKEN.search(text, max(0, end - _LONGEST_END), end)
+    return len(text[: match.start()].rstrip()) if match else end
+
+
 _WS = re.compile(r"\s*")
 
 
@@ -87,6 +97,7 @@ class Reader:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
+        self._tail = -1  # where the markup's trailing white space and end token begin
 
     def ws(self) -> None:
         match = _WS.match(self.text, self.pos)
@@ -131,11 +142,13 @@ class Reader:
 
     def end(self) -> None:
         """Only white space and an end-of-turn token may remain."""
-        if _END.match(self.text, self.pos) is None:
+        if not self.at_end():
             raise NoParse(f"text after the calls at {self.pos}")
 
     def at_end(self) -> bool:
-        return _END.match(self.text, self.pos) is not None
+        if self._tail < 0:
+            self._tail = tail_start(self.text)
+        return self.pos >= self._tail
 
 
 # ---- JSON call objects ------------------------------------------------------------------------
