@@ -18,59 +18,24 @@ and usage.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
+from .messages_events import DELTA_KEYS, MESSAGE_END, Block, Pending, dumps, is_call, meaningful
+from .messages_repair import Tail
 from .sse import Event, Out, encode_event
 
-# An event on its way out: its data, and the upstream's event while the data is unchanged.
-Pending = tuple[dict[str, Any], Event | None]
-DELTA_KEYS = {"text_delta": "text", "thinking_delta": "thinking"}
-MESSAGE_END = ("message_delta", "message_stop")
+if TYPE_CHECKING:
+    from .detect import Call
 
-
-def is_call(kind: Any) -> bool:
-    """A block that is a structured call: `tool_use`, `server_tool_use`, `mcp_tool_use`."""
-    return isinstance(kind, str) and kind.endswith("tool_use")
-
-
-def _dumps(obj: Any) -> str:
-    # ASCII escapes: a lone surrogate from an upstream must not make an event unwritable.
-    return json.dumps(obj, separators=(",", ":"))
-
-
-@dataclass
-class _Block:
-    index: int  # the upstream's
-    kind: str
-    turn: TurnScanner | None  # text and thinking blocks
-    shown: bool = False  # its events may go out (a text block: once it has shown text)
-    client: int | None = None  # its index at the client, once its start went out
-    queued: list[Pending] = field(default_factory=list)  # a text block not yet shown
-    published: list[str] = field(default_factory=list)  # what its scanner let through
-    done: bool = False
-
-    def feed(self, text: str) -> str:
-        assert self.turn is not None
-        turn = self.turn
-        out = turn.feed_content(text) if self.kind == "text" else turn.feed_reasoning(text)
-        self.published.append(out)
-        return out
-
-    def finish(self) -> str:
-        assert self.turn is not None
-        content, reasoning = self.turn.finish()
-        out = content if self.kind == "text" else reasoning
-        self.published.append(out)
-        return out
+__all__ = ["MessagesStream", "is_call", "new_stream"]
 
 
 class MessagesStream:
     def __init__(self, tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> None:
         self._tools = tools
         self._hold_limit = hold_limit
-        self._blocks: dict[int, _Block] = {}
+        self._blocks: dict[int, Block] = {}
         self._opened: set[int] = set()  # client indexes of blocks started and not stopped
         self._parked: list[Pending] = []
         self._parked_bytes = 0
@@ -80,9 +45,10 @@ class MessagesStream:
         self._over = False  # the message ended: thinking markup may count now
         self._ended = False
         self._splice = previous is not None
-        self._waiting: _Block | None = None  # the text block whose start is held back
+        self._waiting: Block | None = None  # the text block whose start is held back
         self.next = 0  # the next block index at the client (after a splice: past the first's)
         self._closing: list[Out] = []
+        self._tail = Tail()  # after a finding: what the upstream sent, for a repair
         if previous is not None:
             self._closing = previous.close_open_blocks()
             self.next = previous.next
@@ -93,9 +59,9 @@ class MessagesStream:
     def finding(self) -> Finding | None:
         """Content first, in block order; thinking counts once the message has ended without
         a call block."""
-        for block in self._blocks.values():
-            if block.kind == "text" and block.turn is not None and block.turn.finding:
-                return block.turn.finding
+        leak = self._leak()
+        if leak is not None and leak.turn is not None:
+            return leak.turn.finding
         if not self._over or self._called:
             return None
         for block in self._blocks.values():
@@ -129,6 +95,33 @@ class MessagesStream:
     def anomalies(self) -> list[Anomaly]:
         return call_anomalies(self._names, self._claimed, self._tools)
 
+    @property
+    def markup(self) -> str | None:
+        """The leaking text block's markup, when a repair could replace it: no call block, no
+        thinking markup parked (its block would be cut short at the client)."""
+        leak = self._leak()
+        if leak is None or leak.turn is None or self._called or self._parking():
+            return None
+        return leak.turn.markup
+
+    def repair(self, calls: tuple[Call, ...]) -> list[Out] | None:
+        """After the upstream's message ended: the blocks the client has open closed at the
+        text it has, a `tool_use` block per call, and the message's end (stop reason
+        `tool_use`, the upstream's usage). None when the message cannot carry them."""
+        if self.markup is None:
+            return None
+        tail = self._tail.finish(calls, self.next)
+        if tail is None:
+            return None
+        self.next += len(calls)
+        return self.close_open_blocks() + tail
+
+    def _leak(self) -> Block | None:
+        for block in self._blocks.values():
+            if block.kind == "text" and block.turn is not None and block.turn.finding:
+                return block
+        return None
+
     def leaked_text(self) -> str:
         """The prose of the text blocks, never the markup: the retry's assistant turn."""
         return "".join("".join(b.published) for b in self._blocks.values() if b.kind == "text")
@@ -153,7 +146,7 @@ class MessagesStream:
         kind = data.get("type") if isinstance(data, dict) else None
         if not isinstance(kind, str) or self.certain:
             if self.certain and isinstance(data, dict):
-                self._drain(kind, data)
+                self._drain(kind, data, event)
             return [] if self.certain else [Out(event.raw, True)]
         assert isinstance(data, dict)
         outs, self._closing = self._closing, []
@@ -181,15 +174,16 @@ class MessagesStream:
             return self._delta(block, data, event)
         if kind == "content_block_stop" and block is not None:
             out = self._finish(block)
-            if self.certain:  # a finding made at the block's end: the leaking part is over
-                self._ended = True
+            if self.certain:  # a finding made at the block's end
                 return []
             return out + self._show(block, same, force=True)
         if kind in MESSAGE_END:
             delta = data.get("delta")
             self._claimed |= isinstance(delta, dict) and delta.get("stop_reason") == "tool_use"
             out = self._end()
-            self._ended |= kind == "message_stop" or self.certain
+            self._ended |= kind == "message_stop"
+            if self.certain:
+                self._tail.see(kind, data, event)
             return [] if self.certain else out + same
         if kind == "ping" and self._waiting is not None:
             self._waiting.queued.append((data, event))  # kept in its place among the events
@@ -201,7 +195,7 @@ class MessagesStream:
         kind = opened.get("type") if isinstance(opened, dict) else None
         kind = kind if isinstance(kind, str) else ""
         turn = TurnScanner(self._tools, self._hold_limit) if kind in ("text", "thinking") else None
-        block = self._blocks[index] = _Block(index, kind, turn)
+        block = self._blocks[index] = Block(index, kind, turn)
         if kind == "tool_use":
             name = opened.get("name") if isinstance(opened, dict) else None
             self._names.append(name if isinstance(name, str) else None)
@@ -214,7 +208,7 @@ class MessagesStream:
         block.shown = True
         return (self._release() if is_call(kind) else []) + [(data, event)]
 
-    def _delta(self, block: _Block, data: dict[str, Any], event: Event) -> list[Pending]:
+    def _delta(self, block: Block, data: dict[str, Any], event: Event) -> list[Pending]:
         delta = data.get("delta")
         kind = delta.get("type") if isinstance(delta, dict) else None
         key = DELTA_KEYS.get(kind) if isinstance(kind, str) else None
@@ -235,12 +229,12 @@ class MessagesStream:
     def _with(self, data: dict[str, Any], delta: dict[str, Any], key: str, text: str) -> Pending:
         return ({**data, "delta": {**delta, key: text}}, None)
 
-    def _synth(self, block: _Block, text: str) -> Pending:
+    def _synth(self, block: Block, text: str) -> Pending:
         key = "text" if block.kind == "text" else "thinking"
         delta = {"type": f"{key}_delta", key: text}
         return ({"type": "content_block_delta", "index": block.index, "delta": delta}, None)
 
-    def _finish(self, block: _Block) -> list[Pending]:
+    def _finish(self, block: Block) -> list[Pending]:
         """The block's text is complete: what its scanner still held, unless it is markup."""
         if block.turn is None or block.done:
             return []
@@ -248,7 +242,7 @@ class MessagesStream:
         rest = block.finish()
         return self._show(block, [self._synth(block, rest)] if rest else [])
 
-    def _show(self, block: _Block, pending: list[Pending], force: bool = False) -> list[Pending]:
+    def _show(self, block: Block, pending: list[Pending], force: bool = False) -> list[Pending]:
         """A text block's events wait until it has shown non-whitespace text (or ends as the
         upstream wrote it, `force`); then its start and everything queued go out."""
         if block.shown:
@@ -290,8 +284,9 @@ class MessagesStream:
         self._parked, self._parked_bytes = [], 0
         return out
 
-    def _drain(self, kind: str | None, data: dict[str, Any]) -> None:
-        """After a finding, keep feeding the leaking block so its name and family settle."""
+    def _drain(self, kind: str | None, data: dict[str, Any], event: Event) -> None:
+        """After a finding, keep feeding the leaking block so its name and family settle, and
+        read on to the message's end for a repair (`_tail`)."""
         index = data.get("index")
         block = self._blocks.get(index) if isinstance(index, int) else None
         leaking = block is not None and block.turn is not None and block.turn.content.marker_seen
@@ -302,7 +297,8 @@ class MessagesStream:
                 block.feed(text)
         elif (kind == "content_block_stop" and leaking) or kind in MESSAGE_END:
             self.settle()
-            self._ended = True
+        self._tail.see(kind, data, event)
+        self._ended |= kind == "message_stop"
 
     # ---- sending --------------------------------------------------------------------------
 
@@ -324,28 +320,14 @@ class MessagesStream:
             if block.client != index:
                 data, event = {**data, "index": block.client}, None
         if event is not None:
-            return Out(event.raw, _meaningful(data))
-        return Out(encode_event(kind, _dumps(data)), _meaningful(data))
+            return Out(event.raw, meaningful(data))
+        return Out(encode_event(kind, dumps(data)), meaningful(data))
 
     def close_open_blocks(self) -> list[Out]:
         """For a splice: stop every block the client has open, at the text it has."""
         stops = [{"type": "content_block_stop", "index": i} for i in sorted(self._opened)]
         self._opened.clear()
-        return [Out(encode_event("content_block_stop", _dumps(s))) for s in stops]
-
-
-def _meaningful(data: dict[str, Any]) -> bool:
-    """Something the client shows or acts on (so a response may start for it)."""
-    kind = data.get("type")
-    if kind in ("message_start", "ping"):
-        return False
-    if kind == "content_block_start":
-        opened = data.get("content_block")
-        return isinstance(opened, dict) and is_call(opened.get("type"))
-    if kind == "content_block_delta":
-        delta = data.get("delta")
-        return isinstance(delta, dict) and any(v for k, v in delta.items() if k != "type")
-    return True
+        return [Out(encode_event("content_block_stop", dumps(s))) for s in stops]
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> MessagesStream:

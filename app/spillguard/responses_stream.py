@@ -9,7 +9,7 @@ A retry that continues a started client stream does so through `responses_splice
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
 from .responses_events import (
@@ -23,10 +23,14 @@ from .responses_events import (
     is_call,
     meaningful,
 )
+from .responses_repair import Tail, call_events
 from .responses_splice import Splice, close_open_items
 from .sse import Event, Out, encode_event
 from .usage import Usage, usage_of
 from .wire import Stream
+
+if TYPE_CHECKING:
+    from .detect import Call
 
 
 class ResponsesStream:
@@ -46,6 +50,7 @@ class ResponsesStream:
         self.usage: Usage | None = None  # from the terminal event's response
         self.splice: Splice | None = None
         self._closing: list[Out] = []  # what closes the first attempt's items, in a splice
+        self._tail: Tail | None = None  # after a content finding: what came, for a repair
         if previous is not None:
             pending, carried, closed = close_open_items(
                 previous.opened, previous.closed, previous.parts, previous.summaries
@@ -60,9 +65,9 @@ class ResponsesStream:
     def finding(self) -> Finding | None:
         """The turn rule, over every part: the first content finding wins; reasoning counts only
         once its part has ended and the response made no structured call."""
-        for part in self.parts.values():
-            if part.finding is not None:
-                return part.finding
+        leak = self._leak()
+        if leak is not None:
+            return leak.finding
         for summary in self.summaries.values():
             if summary.finding is not None:
                 return summary.finding
@@ -98,6 +103,35 @@ class ResponsesStream:
     def anomalies(self) -> list[Anomaly]:
         items = {**self.opened, **self.closed}  # by output index, as the client saw them
         return call_anomalies(function_names(items.values()), False, self._tools)
+
+    @property
+    def markup(self) -> str | None:
+        """The leaking text part's markup, when a repair could replace it: not in a splice,
+        no call item, no reasoning markup parked (what follows it never went out)."""
+        leak = self._leak()
+        if leak is None or self.splice is not None or self._called or self._reasoning_marker():
+            return None
+        return leak.turn.markup
+
+    def repair(self, calls: tuple[Call, ...]) -> list[Out] | None:
+        """After the response completed: the items the client has open closed at the text it
+        has, a `function_call` item per call, and `response.completed` listing what the client
+        received. None when the response cannot carry them (another part or item after the
+        leaked one, a response that did not complete)."""
+        leak = self._leak()
+        if leak is None or self.markup is None or self._tail is None:
+            return None
+        if any(o == leak.output_index and t is not leak for (o, _), t in self.parts.items()):
+            return None  # the message has other parts: the leak is not its end
+        pending, carried, _ = close_open_items(self.opened, self.closed, self.parts, self.summaries)
+        events, items = call_events(calls, self.next_index)
+        final = self._tail.completed(carried + items)
+        if final is None:
+            return None
+        return self._send_all([*pending, *((e, None, True) for e in [*events, final])])
+
+    def _leak(self) -> Text | None:
+        return next((p for p in self.parts.values() if p.finding is not None), None)
 
     def leaked_text(self) -> str:
         """The prose the client has of the message parts (the markup never went out)."""
@@ -170,7 +204,8 @@ class ResponsesStream:
                 return ([summary.delta_event(rest)] if rest else []) + same
         if kind in TERMINAL:
             flushed = self._flush_all()
-            if self.certain:
+            if self.certain:  # a finding made at the end
+                self._drain(kind, data)
                 return []
             if self.splice is not None:
                 return [*flushed, (self.splice.completed(data), None, False)]
@@ -278,7 +313,11 @@ class ResponsesStream:
 
     def _drain(self, kind: str | None, data: dict[str, Any]) -> None:
         """After a finding, keep feeding the leaking part so its name and family settle, and
-        read on to the terminal event for the usage the upstream billed."""
+        read on to the terminal event for the usage the upstream billed (and a repair)."""
+        leak = self._leak()
+        if leak is not None:
+            self._tail = self._tail or Tail((leak.output_index, leak.index))
+            self._tail.see(kind, data)
         if kind == "response.output_text.delta" and isinstance(data.get("delta"), str):
             key = (index_of(data, "output_index"), index_of(data, "content_index"))
             part = self.parts.get(key)

@@ -1,0 +1,188 @@
+"""Repair mode on the Responses API: `function_call` items in place of a leaked text part.
+
+A whole response keeps every byte the upstream sent except `output` (the items before the leak
+as written, the leaking message cut to its prose or dropped when that is blank, then one
+`function_call` item per call) and an `output_text` convenience field, when the upstream wrote
+one. A stream closes the message the client has open at the text it has and sends the items as
+the API streams them (`responses_stream.py` decides when). A response that holds a call item
+already, or anything after the leaked part, cannot be repaired: the decision retries.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .detect import Finding
+from .rawjson import elements, replace_values
+from .responses_events import TERMINAL, dumps, index_of, is_call
+
+if TYPE_CHECKING:
+    from .detect import Call
+
+
+def function_call(call: Call, status: str = "completed") -> dict[str, Any]:
+    """A `function_call` output item with fresh ids; `arguments` empty while in progress."""
+    item = {"type": "function_call", "id": "fc_" + secrets.token_hex(24)}
+    item |= {"call_id": "call_" + secrets.token_hex(12), "name": call.name}
+    return item | {"arguments": call.arguments, "status": status}
+
+
+def _texts(item: Any) -> list[tuple[int, str]]:
+    """(content index, text) of a message item's `output_text` parts."""
+    message = isinstance(item, dict) and item.get("type") == "message"
+    parts = item.get("content") if message else None
+    return [
+        (j, p["text"])
+        for j, p in enumerate(parts if isinstance(parts, list) else [])
+        if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
+    ]
+
+
+def _leaking(output: list[Any], finding: Finding) -> tuple[int, int, str] | None:
+    """(item index, content index, text) of the part the finding was made in: the first whose
+    text holds the finding's excerpt at its start (a whole response is judged one scanner per
+    `output_text` part, in order)."""
+    if finding.field != "content" or not finding.excerpt:
+        return None
+    for i, item in enumerate(output):
+        for j, text in _texts(item):
+            if text.startswith(finding.excerpt, finding.start):
+                return i, j, text
+    return None
+
+
+def _output(reply: Any) -> list[Any]:
+    output = reply.get("output") if isinstance(reply, dict) else None
+    return output if isinstance(output, list) else []
+
+
+def reply_markup(reply: Any, finding: Finding) -> str | None:
+    """The finding's markup in a whole response: its text part from `Finding.start` on."""
+    found = _leaking(_output(reply), finding)
+    return found[2][finding.start :] if found is not None else None
+
+
+def _within(annotation: Any, size: int) -> bool:
+    """An annotation whose offsets (`start_index`, `end_index`, `index`) are all in the text."""
+    if not isinstance(annotation, dict):
+        return True
+    offsets = [v for k, v in annotation.items() if k.endswith("index") and isinstance(v, int)]
+    return all(v <= size for v in offsets)
+
+
+def _cut(part: dict[str, Any], text: str) -> dict[str, Any]:
+    """An `output_text` part cut to `text`: annotations past it dropped, logprobs to its tokens."""
+    cut = {**part, "text": text}
+    notes = part.get("annotations")
+    if isinstance(notes, list):
+        cut["annotations"] = [a for a in notes if _within(a, len(text))]
+    logprobs = part.get("logprobs")
+    if isinstance(logprobs, list):
+        kept, size = [], 0
+        for entry in logprobs:
+            token = entry.get("token") if isinstance(entry, dict) else None
+            size += len(token) if isinstance(token, str) else 0
+            if size > len(text):
+                break
+            kept.append(entry)
+        cut["logprobs"] = kept
+    return cut
+
+
+def output_text(output: list[Any]) -> str:
+    """What the SDKs' `output_text` is: every message's `output_text` parts, joined."""
+    return "".join(text for item in output for _, text in _texts(item))
+
+
+def repair_reply(
+    raw: bytes, reply: Any, finding: Finding, prose: str, calls: tuple[Call, ...]
+) -> bytes | None:
+    """The whole response with `calls` as `function_call` items in place of the leaked markup;
+    None when it cannot carry them (a call item already, a part or item after the leaked one)."""
+    output = _output(reply)
+    found = _leaking(output, finding)
+    if not calls or found is None or any(is_call(item) for item in output):
+        return None
+    i, j, text = found
+    message = output[i]
+    if i != len(output) - 1 or j != len(message["content"]) - 1:
+        return None
+    kept = text[: finding.start]
+    before = "".join(t for item in output[:i] for _, t in _texts(item))
+    if before + "".join(t for n, t in _texts(message) if n < j) + kept != prose:
+        return None  # not the part the decision judged
+    content = message["content"][:j] + ([_cut(message["content"][j], kept)] if kept.strip() else [])
+    new = [{**message, "content": content}] if content else []
+    new += [function_call(call) for call in calls]
+    raws = elements(raw, "output")
+    if raws is None or len(raws) != len(output):
+        raws = [dumps(item) for item in output]
+    changes = {"output": "[" + ",".join([*raws[:i], *map(dumps, new)]) + "]"}
+    if isinstance(reply.get("output_text"), str):
+        changes["output_text"] = dumps(output_text([*output[:i], *new]))
+    spliced = replace_values(raw, changes)
+    if spliced is not None:
+        return spliced
+    values = {key: json.loads(value) for key, value in changes.items()}
+    try:
+        return json.dumps({**reply, **values}, allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def call_events(calls: tuple[Call, ...], first: int) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The stream events of one `function_call` item per call, from output index `first` (each
+    added in progress, its arguments as one delta, done, the item done), and the items."""
+    events: list[dict[str, Any]] = []
+    items: list[Any] = []
+    for n, call in enumerate(calls):
+        oi = first + n
+        item = function_call(call)
+        common = {"item_id": item["id"], "output_index": oi}
+        opened = {**item, "arguments": "", "status": "in_progress"}
+        args = call.arguments
+        events += [
+            {"type": "response.output_item.added", "output_index": oi, "item": opened},
+            {"type": "response.function_call_arguments.delta", **common, "delta": args},
+            {"type": "response.function_call_arguments.done", **common, "arguments": args},
+            {"type": "response.output_item.done", "output_index": oi, "item": item},
+        ]
+        items.append(item)
+    return events, items
+
+
+@dataclass
+class Tail:
+    """What the upstream sent after a leak was found in part `key`, as a repair needs it: the
+    terminal event, and whether anything came that a repair cannot carry (another part or item,
+    an error)."""
+
+    key: tuple[int, int]
+    terminal: dict[str, Any] | None = None
+    other: bool = False
+
+    def see(self, kind: str | None, data: dict[str, Any]) -> None:
+        oi = index_of(data, "output_index")
+        if kind in TERMINAL:
+            self.terminal = data
+        elif kind == "error" or (kind == "response.output_item.added" and oi != self.key[0]):
+            self.other = True
+        elif kind == "response.content_part.added" and oi == self.key[0]:
+            self.other |= index_of(data, "content_index") != self.key[1]
+
+    def completed(self, output: list[Any]) -> dict[str, Any] | None:
+        """The upstream's `response.completed`, listing `output` (what the client received);
+        None when the response did not complete (failed, incomplete, cut short) or more came."""
+        data = self.terminal
+        if self.other or data is None or data.get("type") != "response.completed":
+            return None
+        response = data.get("response")
+        if not isinstance(response, dict):
+            return None
+        response = {**response, "output": output}
+        if isinstance(response.get("output_text"), str):
+            response["output_text"] = output_text(output)
+        return {**data, "response": response}
