@@ -229,3 +229,25 @@ def test_anthropic_tools_are_read_with_their_input_schema() -> None:
     assert tools.declared
     assert tools.names == {"get_weather", "Read"}  # a server tool binds no text to a call
     assert tools.params == {"get_weather": {"city"}, "Read": {"path"}}
+
+
+def test_schemas_in_all_four_spellings() -> None:
+    anthropic_schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+    body = {
+        "tools": [
+            {"type": "function", "function": {"name": "chat_tool", "parameters": WEATHER_SCHEMA}},
+            {"type": "function", "name": "responses_tool", "parameters": {"type": "object"}},
+            {"name": "anthropic_tool", "input_schema": anthropic_schema},
+            {"type": "function", "function": {"name": "bare_tool"}},
+        ],
+        "functions": [{"name": "legacy_fn", "parameters": {"properties": {"n": {}}}}],
+    }
+    tools = declared_tools(body)
+    assert tools.schemas == {
+        "chat_tool": WEATHER_SCHEMA,
+        "responses_tool": {"type": "object"},
+        "anthropic_tool": anthropic_schema,
+        "legacy_fn": {"properties": {"n": {}}},
+    }
+    assert "bare_tool" in tools.names and "bare_tool" not in tools.schemas
+    assert NO_TOOLS.schemas == {}

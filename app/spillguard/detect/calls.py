@@ -31,8 +31,10 @@ class Call:
     arguments: str  # compact JSON text of an object, typed and validated by the tool's schema
 
 
-def _typed(value: Any, prop: Any) -> Any:
-    return schema.type_text(value.text, prop) if isinstance(value, schema.Untyped) else value
+def _typed(value: Any, declared: Any, key: str) -> Any:
+    if isinstance(value, schema.Untyped):
+        return schema.type_text(value.text, schema.property_schema(declared, key))
+    return value
 
 
 def _settle(draft: Draft, tools: ToolSet) -> Call | None:
@@ -41,12 +43,12 @@ def _settle(draft: Draft, tools: ToolSet) -> Call | None:
     if draft.name not in tools.names:
         return None
     declared = tools.schemas.get(draft.name)
-    props = schema.properties(declared)
-    arguments = {k: _typed(v, props.get(k)) for k, v in draft.arguments.items()}
+    arguments = {k: _typed(v, declared, k) for k, v in draft.arguments.items()}
     if declared is not None and not schema.valid(arguments, declared):
         return None
     try:
         text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text.encode("utf-8")  # a lone surrogate from a JSON escape cannot go on the wire
     except (TypeError, ValueError, RecursionError):
         return None
     return Call(draft.name, text)

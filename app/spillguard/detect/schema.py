@@ -11,6 +11,7 @@ unsupported construct), validates nothing: the caller falls back to the retry.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,7 +97,17 @@ def valid(arguments: Mapping[str, Any], schema: Any) -> bool:
 
 # ---- typing bare text by the schema ---------------------------------------------------------
 
-_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,4000})")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]{0,400})(?:\.[0-9]{1,400})?(?:[eE][+-]?[0-9]{1,4})?")
+
+
+def _number(word: str) -> int | float | None:
+    """A JSON number's value, or None (an int only for an integer literal)."""
+    if _NUMBER.fullmatch(word) is None:
+        return None
+    if word.lstrip("-").isdigit():
+        return int(word)
+    value = float(word)
+    return value if math.isfinite(value) else None
 
 
 def _types(schema: Any) -> set[str]:
@@ -148,14 +159,11 @@ def type_text(text: str, schema: Any) -> Any:
         return None
     if "boolean" in types and word in ("true", "false"):
         return word == "true"
-    if "integer" in types and _INTEGER.fullmatch(word):
-        return int(word)
-    if "number" in types:
-        try:
-            number = json.loads(word)
-        except ValueError:
-            number = None
-        if isinstance(number, int | float) and not isinstance(number, bool):
+    if types & {"integer", "number"}:
+        number = _number(word)
+        if isinstance(number, float) and "number" not in types:
+            number = int(number) if number.is_integer() else None  # 3.0 is an integer
+        if number is not None:
             return number
     if types & {"object", "array"}:
         try:
@@ -169,9 +177,13 @@ def type_text(text: str, schema: Any) -> Any:
     return text
 
 
-def properties(schema: Any) -> Mapping[str, Any]:
-    if isinstance(schema, dict):
-        props = schema.get("properties")
-        if isinstance(props, dict):
-            return props
-    return {}
+def property_schema(schema: Any, key: str) -> Any:
+    """The schema a key's value is held to: its `properties` entry, else a schema-valued
+    `additionalProperties`, else None (nothing said)."""
+    if not isinstance(schema, dict):
+        return None
+    props = schema.get("properties")
+    if isinstance(props, dict) and key in props:
+        return props[key]
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, dict) else None

@@ -1,0 +1,125 @@
+"""The schema side of repair: the draft chosen by `$schema`, validators cached per canonical
+schema (bounded), client schemas that are invalid or break validation mean no repair, never a
+crash; nested objects and arrays, required keys, enums, additionalProperties."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+
+from spillguard.detect import Call, declared_tools, read_calls
+from spillguard.detect import schema as sch
+
+
+def tools_with(parameters: Any) -> Any:
+    return declared_tools(
+        {"tools": [{"type": "function", "function": {"name": "act", "parameters": parameters}}]}
+    )
+
+
+def repair(arguments: str, parameters: Any) -> tuple[Call, ...] | None:
+    text = f'<tool_call>{{"name": "act", "arguments": {arguments}}}</tool_call>'
+    return read_calls(text, "hermes", tools_with(parameters))
+
+
+ORDER = {
+    "type": "object",
+    "properties": {
+        "items": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+                "required": ["sku", "qty"],
+                "additionalProperties": False,
+            },
+        },
+        "ship": {
+            "type": "object",
+            "properties": {"speed": {"enum": ["slow", "fast"]}},
+            "required": ["speed"],
+        },
+    },
+    "required": ["items"],
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "ok"),
+    [
+        ('{"items": [{"sku": "a1", "qty": 2}]}', True),
+        ('{"items": [{"sku": "a1", "qty": 2}], "ship": {"speed": "fast"}}', True),
+        ('{"items": []}', False),
+        ('{"items": [{"sku": "a1"}]}', False),
+        ('{"items": [{"sku": "a1", "qty": 2.5}]}', False),
+        ('{"items": [{"sku": "a1", "qty": 2, "gift": true}]}', False),
+        ('{"items": [{"sku": "a1", "qty": 2}], "ship": {"speed": "warp"}}', False),
+        ('{"items": [{"sku": "a1", "qty": 2}], "ship": {}}', False),
+        ('{"ship": {"speed": "slow"}}', False),
+    ],
+)
+def test_nested_objects_and_arrays(arguments: str, ok: bool) -> None:
+    assert (repair(arguments, ORDER) is not None) is ok
+
+
+def test_draft_by_dollar_schema() -> None:
+    # Draft 7 reads `dependencies`; 2020-12 dropped it in favour of `dependentRequired`.
+    base = {"properties": {"a": {}, "b": {}}, "dependencies": {"a": ["b"]}}
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", **base}
+    assert repair('{"a": 1}', draft7) is None
+    assert repair('{"a": 1}', base) is not None  # 2020-12 by default: an unknown keyword
+    assert type(sch.validator(draft7)) is jsonschema.Draft7Validator
+    assert type(sch.validator(base)) is jsonschema.Draft202012Validator
+    unknown = {"$schema": "https://example.invalid/my-schema", "type": "object"}
+    assert type(sch.validator(unknown)) is jsonschema.Draft202012Validator
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "not-a-type"},
+        {"properties": {"a": {"type": 7}}},
+        {"required": "a"},
+        {"pattern": "("},  # not a regular expression
+        {"$ref": "https://example.invalid/remote.json"},  # never fetched: unresolvable
+        {"$ref": "#/$defs/missing"},
+        "a string is no schema",
+        [1, 2],
+    ],
+)
+def test_invalid_schemas_repair_nothing(parameters: Any) -> None:
+    assert repair("{}", parameters) is None
+
+
+def test_boolean_and_absent_schemas() -> None:
+    assert repair('{"x": 1}', True) == (Call("act", '{"x":1}'),)
+    assert repair('{"x": 1}', False) is None
+    absent = declared_tools({"tools": [{"type": "function", "function": {"name": "act"}}]})
+    text = '<tool_call>{"name": "act", "arguments": {"x": 1}}</tool_call>'
+    assert read_calls(text, "hermes", absent) == (Call("act", '{"x":1}'),)
+
+
+def test_local_refs_resolve() -> None:
+    parameters = {
+        "$defs": {"qty": {"type": "integer", "minimum": 1}},
+        "properties": {"n": {"$ref": "#/$defs/qty"}},
+    }
+    assert repair('{"n": 2}', parameters) is not None
+    assert repair('{"n": 0}', parameters) is None
+
+
+def test_validators_are_cached_by_canonical_schema() -> None:
+    first = {"type": "object", "properties": {"q": {"type": "string"}}}
+    reordered = {"properties": {"q": {"type": "string"}}, "type": "object"}
+    assert sch.validator(first) is sch.validator(reordered)
+    assert sch.validator(first) is not sch.validator({"type": "object"})
+
+
+def test_the_cache_is_bounded() -> None:
+    for i in range(sch.CACHE_SIZE + 10):
+        sch.validator({"type": "object", "maxProperties": i})
+    info = sch._compiled.cache_info()
+    assert info.currsize <= sch.CACHE_SIZE
