@@ -30,6 +30,7 @@ import kubernetes_validate.utils as kv
 import promql_parser as promql
 import pytest
 import yaml
+from prometheus_client.metrics import MetricWrapperBase
 
 from spillguard.settings import Settings
 
@@ -50,11 +51,11 @@ K8S_VERSIONS = tuple(
 
 # spillguard's metrics: name -> (type, labels). Prometheus adds instance and job when scraping.
 METRICS: dict[str, tuple[str, frozenset[str]]] = {
-    "spillguard_requests_total": ("counter", frozenset({"route", "mode", "outcome"})),
-    "spillguard_findings_total": ("counter", frozenset({"family", "model"})),
-    "spillguard_retries_total": ("counter", frozenset({"route"})),
-    "spillguard_upstream_errors_total": ("counter", frozenset({"kind"})),
-    "spillguard_upstream_latency_seconds": ("histogram", frozenset({"route"})),
+    "spillguard_requests_total": ("counter", frozenset({"route", "mode", "outcome", "upstream"})),
+    "spillguard_findings_total": ("counter", frozenset({"family", "model", "upstream"})),
+    "spillguard_retries_total": ("counter", frozenset({"route", "upstream"})),
+    "spillguard_upstream_errors_total": ("counter", frozenset({"kind", "upstream"})),
+    "spillguard_upstream_latency_seconds": ("histogram", frozenset({"route", "upstream"})),
     "spillguard_added_latency_seconds": ("histogram", frozenset({"route"})),
     "spillguard_streams_open": ("gauge", frozenset()),
     "spillguard_anomalies_total": ("counter", frozenset({"kind", "model"})),
@@ -695,11 +696,28 @@ def test_dashboard_query_checks_can_fail(bad: str) -> None:
 
 def test_dashboard_metrics_are_the_apps_metrics() -> None:
     metrics_module = pytest.importorskip("spillguard.metrics")
+    app = metrics_module.Metrics(Settings())
     families = {
-        m.name + ("_total" if m.type == "counter" else ""): m.type
-        for m in metrics_module.Metrics(Settings()).registry.collect()
+        m.name + ("_total" if m.type == "counter" else ""): m.type for m in app.registry.collect()
     }
     assert families == {name: kind for name, (kind, _) in METRICS.items()}
+    labels = {
+        m._name + ("_total" if m._type == "counter" else ""): frozenset(m._labelnames)
+        for m in vars(app).values()
+        if isinstance(m, MetricWrapperBase)
+    }
+    assert labels == {name: names for name, (_, names) in METRICS.items()}
+
+
+def test_the_dashboard_filters_by_upstream_where_the_metric_has_one() -> None:
+    dashboard = _dashboard()
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert "upstream" in variables
+    for title, expr in _targets(dashboard):
+        for selector in _selectors(promql.parse(_as_promql(expr, variables))):
+            if "upstream" in _labels_of(selector.name):
+                matched = {m.name for m in selector.matchers.matchers}
+                assert "upstream" in matched, f"panel {title!r}: {selector.name} not by upstream"
 
 
 def test_grafana_provisioning_points_at_the_dashboard() -> None:

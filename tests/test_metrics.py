@@ -18,7 +18,8 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from spillguard.metrics import MULTIPROC_ENV, ModelLabels, multiprocess_dir
+from spillguard.metrics import MULTIPROC_ENV, Metrics, ModelLabels, multiprocess_dir
+from spillguard.outcome import Outcome
 from spillguard.runner import Running, start_background
 from spillguard.scripted import Raw, Turn, chunks, runner_port
 from spillguard.settings import Settings
@@ -46,7 +47,19 @@ def parse(text: str) -> Samples:
     }
 
 
+# The metrics with an `upstream` label: `value` reads the default upstream's unless told.
+BY_UPSTREAM = (
+    "spillguard_requests_total",
+    "spillguard_findings_total",
+    "spillguard_retries_total",
+    "spillguard_upstream_errors_total",
+    "spillguard_upstream_latency_seconds",
+)
+
+
 def value(samples: Samples, name: str, **labels: str) -> float:
+    if name.startswith(BY_UPSTREAM):
+        labels.setdefault("upstream", "default")
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
@@ -260,6 +273,31 @@ async def test_model_label_is_bounded(harness: Any) -> None:
         if name == "spillguard_findings_total"
     }
     assert found == {"a": 2, "b": 1, "other": 3}
+
+
+def test_a_named_upstream_is_its_own_label_value() -> None:
+    metrics = Metrics(Settings(incidents_db=""))
+    for upstream, status in (("grok", 503), ("grok", 200), ("default", 200)):
+        outcome = Outcome("r", "chat", "fail", upstream=upstream)
+        outcome.describe("grok-4", False)
+        outcome.calling()
+        outcome.upstream_answered(status)
+        outcome.attempt(2)
+        outcome.finding("hermes", "get_weather", 1, "<tool_call>")
+        outcome.close()
+        metrics.observe(outcome)
+    s = parse(metrics.exposition().decode())
+    for name, labels in (
+        ("spillguard_requests_total", {"route": "chat", "mode": "fail", "outcome": "forwarded"}),
+        ("spillguard_findings_total", {"family": "hermes", "model": "grok-4"}),
+        ("spillguard_retries_total", {"route": "chat"}),
+        ("spillguard_upstream_latency_seconds_count", {"route": "chat"}),
+    ):
+        assert value(s, name, **labels, upstream="grok") == 2, name
+        assert value(s, name, **labels) == 1, name
+    errors = "spillguard_upstream_errors_total"
+    assert value(s, errors, kind="status_5xx", upstream="grok") == 1
+    assert total(s, errors) == 1
 
 
 def test_model_labels_unit() -> None:

@@ -1,4 +1,4 @@
-"""The `spillguard` command: serve (the default), `demo` and `incidents`."""
+"""The `spillguard` command: serve (the default), `demo`, `incidents` and `config`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .settings import Mode, Settings
+from .config import ConfigError, Origins, explain, render
+from .settings import Mode, ModeHeader, Settings
 
 SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
+    ("--config", {"help": "TOML file of options, [upstreams.NAME] and [[rules]]"}),
     ("--upstream", {"help": "upstream base URL, or xai / deepseek / openai"}),
     (
         "--anthropic-upstream",
@@ -24,6 +26,13 @@ SERVE_FLAGS: list[tuple[str, dict[str, Any]]] = [
     (
         "--mode",
         {"choices": [m.value for m in Mode], "help": "retry (default), fail, observe, repair"},
+    ),
+    (
+        "--mode-header",
+        {
+            "choices": [m.value for m in ModeHeader],
+            "help": "what x-spillguard-mode may do: tighten (default) or any",
+        },
     ),
     ("--correction", {"help": "the corrective instruction sent with a retry"}),
     ("--correction-required", {"help": "the retry's instruction when tool_choice is required"}),
@@ -69,18 +78,35 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="An OpenAI-compatible proxy that stops tool calls written out as text. "
-        "Every option can also be set as a SPILLGUARD_* environment variable.",
+        "Every option can also be set as a SPILLGUARD_* environment variable or in the "
+        "--config file (flag > environment > file > default).",
     )
     for flag, kw in SERVE_FLAGS:
         parser.add_argument(flag, **kw)
     return parser
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+def _given(args: argparse.Namespace) -> dict[str, Any]:
     given = {k: v for k, v in vars(args).items() if v is not None}
     if "proxy_keys" in given:
         given["proxy_keys"] = tuple(given["proxy_keys"])
-    return Settings(**given)
+    return given
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    return Settings(**_given(args))
+
+
+def load(given: dict[str, Any]) -> tuple[Settings | None, Origins]:
+    """The settings from these flags, the environment and the config file; None (each problem
+    printed, naming the key and the reason) when they cannot be made."""
+    origin = Origins.of(given)
+    try:
+        return Settings(**given), origin
+    except (ValidationError, ConfigError) as exc:
+        for line in explain(exc, origin):
+            print(f"spillguard: {line}", file=sys.stderr)
+        return None, origin
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,16 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         return demo()
     if command == "incidents":
         return incidents(rest)
+    if command == "config":
+        return config(rest)
     if command != "serve":
-        print(f"spillguard: unknown command {command!r} (serve, demo, incidents)", file=sys.stderr)
+        names = "serve, demo, incidents, config"
+        print(f"spillguard: unknown command {command!r} ({names})", file=sys.stderr)
         return 2
-    args = _serve_parser("spillguard").parse_args(rest)
-    try:
-        settings = settings_from(args)
-    except ValidationError as exc:
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "settings"
-            print(f"spillguard: {where}: {err['msg']}", file=sys.stderr)
+    settings, _ = load(_given(_serve_parser("spillguard").parse_args(rest)))
+    if settings is None:
         return 2
     from .metrics import multiprocess_dir
 
@@ -110,6 +134,33 @@ def main(argv: list[str] | None = None) -> int:
         from .runner import run
 
         run(settings)
+    return 0
+
+
+def config(argv: list[str]) -> int:
+    """`spillguard config check PATH`: validate a file and print the settings it resolves to,
+    with the environment's; `spillguard config show [--config PATH]`: the settings `serve`
+    would run with here. Secrets are printed as ***."""
+    parser = argparse.ArgumentParser(
+        prog="spillguard config",
+        description="check PATH: validate a config file and print the settings it resolves to "
+        "(with this environment's SPILLGUARD_* variables over it); show: print the settings "
+        "spillguard runs with here (SPILLGUARD_CONFIG or --config, the environment, the "
+        "defaults). Secrets are printed as ***.",
+    )
+    parser.add_argument("action", choices=["check", "show"])
+    parser.add_argument("path", nargs="?", help="the file (check)")
+    parser.add_argument("--config", help="the file (show; default SPILLGUARD_CONFIG)")
+    args = parser.parse_args(argv)
+    path = args.path if args.action == "check" else args.config
+    if args.action == "check" and not path:
+        parser.error("check needs the file: spillguard config check PATH")
+    if args.action == "show" and args.path:
+        parser.error("show takes no file argument; use --config PATH")
+    settings, origin = load({"config": path} if path is not None else {})
+    if settings is None:
+        return 1
+    sys.stdout.write(render(settings, origin))
     return 0
 
 

@@ -5,10 +5,17 @@ Code always send it) or its path is under `/v1/messages`. With an Anthropic upst
 such a request goes there whatever its path; every other request goes to the upstream. The
 dialect also picks the header a key is injected in (`x-api-key`, else a bearer token), the
 shape of spillguard's own errors, and whether `request-id` (Anthropic's spelling) is set.
+
+Each named upstream (`mounts.py`) is a mount of its own, with its own Anthropic base and
+injected key; a request's mount is the name its `/NAME/v1` prefix gave it, else the default.
+Its policy is the first rule matching its mount and model, then its `x-spillguard-mode`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,14 +25,19 @@ from starlette.types import Scope
 
 from . import messages
 from .errors import SpillguardError
+from .mounts import Mount, Target, mount_name, mounts_for
 from .observe import Observer
 from .outcome import Outcome
-from .policy import Policy
-from .settings import Settings
+from .policy import MODE_HEADER, Policy, header_mode, with_header
+from .proxy import Decision
+from .rules import Rules
+from .settings import DEFAULT_UPSTREAM, ModeHeader, Settings
 from .upstream import Upstream, end_to_end
+from .wire import Wire
 
-# Request headers never forwarded: the upstream sees its own Host, and bodies are re-framed.
-REQUEST_DROP = frozenset({"host", "content-length", "expect"})
+# Request headers never forwarded: the upstream sees its own Host, bodies are re-framed, and
+# spillguard's own header is for spillguard.
+REQUEST_DROP = frozenset({"host", "content-length", "expect", MODE_HEADER})
 KEY_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
 READY_FOR = 5.0  # seconds a readiness probe's answer is reused
 ErrorBody = Callable[[SpillguardError], bytes]
@@ -45,10 +57,16 @@ def error_body_for(scope: Scope) -> ErrorBody:
 
 @dataclass
 class Readiness:
-    """The last upstream probe, reused for `READY_FOR` seconds."""
+    """The last upstream probe, reused for `READY_FOR` seconds: all of them, and each mount."""
 
     at: float = -READY_FOR
     ok: bool = False
+    upstreams: dict[str, bool] = field(default_factory=dict)
+
+    def body(self) -> dict[str, object]:
+        """/readyz's answer: the verdict, and each upstream's by name."""
+        each = {name: "ready" if ok else "unreachable" for name, ok in self.upstreams.items()}
+        return {"status": "ready" if self.ok else "upstream unreachable", "upstreams": each}
 
 
 @dataclass
@@ -58,35 +76,66 @@ class Context:
     settings: Settings
     upstream: Upstream
     observer: Observer
-    anthropic: Upstream | None = None  # where Anthropic requests go, when configured
+    anthropic: Upstream | None = None  # where the default's Anthropic requests go, if set
     readiness: Readiness = field(default_factory=Readiness)
-    # The client's key is dropped when spillguard has its own (proxy keys, or a key it injects).
-    _drop: frozenset[str] = field(init=False)
-    policy: Policy = field(init=False)  # every request's, until policy is chosen per request
+    mounts: dict[str, Mount] = field(init=False)  # by name, the default first
+    # Per mount: the client's key is dropped when spillguard has its own (proxy keys, or a
+    # key it injects there).
+    _drop: dict[str, frozenset[str]] = field(init=False)
+    rules: Rules = field(init=False)
+    _loosening: tuple[bytes, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
-        own_key = bool(s.proxy_keys or s.upstream_key)
-        self._drop = REQUEST_DROP | (KEY_HEADERS if own_key else frozenset())
-        self.policy = Policy.of(s)
+        self.mounts = mounts_for(s, self.upstream, self.anthropic)
+        self._drop = {
+            name: REQUEST_DROP | (KEY_HEADERS if s.proxy_keys or m.key else frozenset())
+            for name, m in self.mounts.items()
+        }
+        self.rules = Rules(s)
+        self._loosening = tuple(k.get_secret_value().encode() for k in s.loosening_keys)
+
+    @property
+    def policy(self) -> Policy:
+        """The options' policy: a request's when no rule matches and it has no header."""
+        return self.rules.default
 
     @property
     def upstreams(self) -> list[Upstream]:
-        return [self.upstream] + ([self.anthropic] if self.anthropic is not None else [])
+        return [u for m in self.mounts.values() for _, u in m.targets()]
+
+    def mount_for(self, scope: Scope) -> Mount:
+        return self.mounts[mount_name(scope)]
+
+    def target(self, request: Request) -> Target:
+        """The mount a request goes to, and whether to its Anthropic base."""
+        mount = self.mount_for(request.scope)
+        return Target(mount.name, mount.anthropic is not None and speaks_anthropic(request.scope))
+
+    def decisions(self, wire: Wire) -> dict[Target, Decision]:
+        """One decision of `wire` per target: pick a request's with `target(request)`."""
+        return {
+            t: Decision(self.settings, up, wire)
+            for m in self.mounts.values()
+            for t, up in m.targets()
+        }
 
     def goes_anthropic(self, request: Request) -> bool:
-        return self.anthropic is not None and speaks_anthropic(request.scope)
+        return self.target(request).anthropic
 
     def upstream_for(self, request: Request) -> Upstream:
-        if self.anthropic is not None and speaks_anthropic(request.scope):
-            return self.anthropic
-        return self.upstream
+        mount = self.mount_for(request.scope)
+        if mount.anthropic is not None and speaks_anthropic(request.scope):
+            return mount.anthropic
+        return mount.upstream
 
     def upstream_headers(self, request: Request, outcome: Outcome) -> dict[str, str]:
         """The client's headers as they go upstream: end-to-end ones only, with the request id
         and the key spillguard injects, in the header the client's API uses for it."""
-        headers = {k: _utf8(v) for k, v in end_to_end(request.headers, self._drop).items()}
-        key = self.settings.upstream_key
+        mount = self.mount_for(request.scope)
+        drop = self._drop[mount.name]
+        headers = {k: _utf8(v) for k, v in end_to_end(request.headers, drop).items()}
+        key = mount.key
         if key is not None and speaks_anthropic(request.scope):
             headers["x-api-key"] = key.get_secret_value()
         elif key is not None:
@@ -94,13 +143,43 @@ class Context:
         headers["x-request-id"] = outcome.request_id
         return headers
 
-    def policy_for(self, headers: Mapping[str, str], model: str | None) -> Policy:
-        """The policy a request is held to, from its (lower-case) headers and its model."""
-        return self.policy
+    def policy_for(
+        self, headers: Mapping[str, str], model: str | None, upstream: str = DEFAULT_UPSTREAM
+    ) -> Policy:
+        """The policy a request is held to, from its (lower-case) headers, its model and the
+        upstream it goes to: the first matching rule's, then the mode its header asks for
+        (`policy.py`). A header that names no mode is a 400, a loosening not allowed a 403."""
+        policy = self.rules.policy(upstream, model)
+        asked = header_mode(headers)
+        if asked is None or asked is policy.mode:
+            return policy
+        return with_header(policy, asked, self._may_loosen(headers))
+
+    def _may_loosen(self, headers: Mapping[str, str]) -> bool:
+        if self.settings.mode_header is ModeHeader.ANY:
+            return True
+        if not self._loosening:
+            return False
+        presented = _presented_key(headers)
+        ok = False
+        for key in self._loosening:  # compare with every key: the time taken says nothing
+            ok |= hmac.compare_digest(presented, key)
+        return ok
 
     def outcome_for(self, request: Request, route: str) -> Outcome:
         rid = request.headers.get("x-request-id") or f"sg-{uuid.uuid4().hex}"
-        return Outcome(request_id=rid[:128], route=route, mode=self.settings.mode.value)
+        mode = self.settings.mode.value
+        return Outcome(rid[:128], route, mode, upstream=mount_name(request.scope))
+
+    async def ready(self) -> Readiness:
+        """Every upstream probed at most every `READY_FOR` seconds: a mount is ready when all
+        of its upstreams answer, spillguard when every mount is."""
+        now = time.monotonic()
+        if now - self.readiness.at > READY_FOR:
+            answers = await asyncio.gather(*(_mount_ready(m) for m in self.mounts.values()))
+            each = dict(zip(self.mounts, answers, strict=True))
+            self.readiness = Readiness(now, all(answers), each)
+        return self.readiness
 
 
 def response_ids(scope: Scope, headers: dict[str, str], outcome: Outcome) -> dict[str, str]:
@@ -113,6 +192,32 @@ def response_ids(scope: Scope, headers: dict[str, str], outcome: Outcome) -> dic
         headers.setdefault("request-id", outcome.request_id)
     headers["x-spillguard-request-id"] = outcome.request_id
     return headers
+
+
+def _presented_key(headers: Mapping[str, str]) -> bytes:
+    """The key a request presents, read as `limits.bearer` reads it."""
+    authorization = headers.get("authorization")
+    if authorization is not None:
+        scheme, _, token = authorization.partition(" ")
+        return token.strip().encode("latin-1") if scheme.lower() == "bearer" else b""
+    value = headers.get("x-api-key", headers.get("api-key", ""))
+    return value.strip().encode("latin-1")
+
+
+async def _mount_ready(mount: Mount) -> bool:
+    answers = await asyncio.gather(*(probe(u) for _, u in mount.targets()))
+    return all(answers)
+
+
+async def probe(upstream: Upstream) -> bool:
+    """Reachable: any HTTP answer from the upstream's models route counts."""
+    try:
+        async with asyncio.timeout(3):
+            reply = await upstream.open("GET", upstream.url("models", ""), {}, None)
+            reply.close()
+        return True
+    except (SpillguardError, TimeoutError):
+        return False
 
 
 def _utf8(value: str) -> str:

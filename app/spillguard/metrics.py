@@ -6,12 +6,12 @@ directory before the workers start (the `serve` command does it when `workers > 
 choice between one process and many is made by prometheus-client when it is first imported,
 from that variable, so it must be set before the workers start.
 
-    spillguard_requests_total{route,mode,outcome}    requests, by what happened to them
-    spillguard_findings_total{family,model}          tool calls found written as text
-    spillguard_retries_total{route}                  corrective retries sent upstream
-    spillguard_upstream_errors_total{kind}           unavailable, timeout, too_large,
+    spillguard_requests_total{route,mode,outcome,upstream}  requests, by what happened to them
+    spillguard_findings_total{family,model,upstream}   tool calls found written as text
+    spillguard_retries_total{route,upstream}         corrective retries sent upstream
+    spillguard_upstream_errors_total{kind,upstream}  unavailable, timeout, too_large,
                                                      status_4xx, status_5xx
-    spillguard_upstream_latency_seconds{route}       time spent waiting on the upstream
+    spillguard_upstream_latency_seconds{route,upstream}  time spent waiting on the upstream
     spillguard_added_latency_seconds{route}          spillguard's own time: total - upstream
     spillguard_streams_open                          streamed responses in progress
     spillguard_refusals_total{reason}                requests spillguard refused itself
@@ -19,6 +19,9 @@ from that variable, so it must be set before the workers start.
     spillguard_incidents_dropped_total{reason}       queue_full, unavailable, rejected
     spillguard_incident_store_errors_total{operation}  open, write, prune attempts that failed
     spillguard_incidents_deleted_total{rule}         deleted by retention: age, rows
+
+`upstream` is the name of the upstream a request went to (`default` for the one at /v1, else
+its `[upstreams.NAME]`): a handful of values the config file fixes.
 """
 
 from __future__ import annotations
@@ -123,16 +126,16 @@ class Metrics:
         self.model = ModelLabels(settings.metrics_model_limit, clean)
         self.requests = Counter(
             "spillguard_requests_total",
-            "Requests by route, mode and outcome (passed, retried, failed, observed, forwarded, "
-            "error, client_gone).",
-            ["route", "mode", "outcome"],
+            "Requests by route, mode, outcome (passed, retried, failed, observed, repaired, "
+            "forwarded, error, client_gone) and upstream (its name, default for /v1).",
+            ["route", "mode", "outcome", "upstream"],
             registry=own,
         )
         self.findings = Counter(
             "spillguard_findings_total",
-            "Tool calls found written out as text, by markup family and requested model "
-            "(one per finding: a retry that leaks again counts twice).",
-            ["family", "model"],
+            "Tool calls found written out as text, by markup family, requested model and "
+            "upstream (one per finding: a retry that leaks again counts twice).",
+            ["family", "model", "upstream"],
             registry=own,
         )
         self.leaked_tokens = Counter(
@@ -151,24 +154,25 @@ class Metrics:
         )
         self.retries = Counter(
             "spillguard_retries_total",
-            "Corrective retries sent upstream after a finding.",
-            ["route"],
+            "Corrective retries sent upstream after a finding, by route and upstream.",
+            ["route", "upstream"],
             registry=own,
         )
         self.upstream_errors = Counter(
             "spillguard_upstream_errors_total",
             "Upstream failures by kind: unavailable (connect or read failed), timeout, too_large "
             "(reply over max_reply or the hold-back limit), status_4xx and status_5xx (per "
-            "upstream answer with that status).",
-            ["kind"],
+            "upstream answer with that status), by upstream.",
+            ["kind", "upstream"],
             registry=own,
         )
         self.upstream_latency = Histogram(
             "spillguard_upstream_latency_seconds",
             "Per request that reached the upstream: seconds spent waiting on it - connecting, "
             "its response headers and every body read, over all attempts (a retried request "
-            "includes both exchanges; a stream includes the model's generation time).",
-            ["route"],
+            "includes both exchanges; a stream includes the model's generation time), by route "
+            "and upstream.",
+            ["route", "upstream"],
             buckets=UPSTREAM_BUCKETS,
             registry=own,
         )
@@ -185,7 +189,8 @@ class Metrics:
             "spillguard_refusals_total",
             "Requests spillguard refused itself, by reason: its error code in lower case "
             "(invalid_proxy_key 401, headers_too_large 431, overloaded 503, request_too_large "
-            "413, request_timeout 408, invalid_path 400).",
+            "413, request_timeout 408, invalid_path 400, invalid_mode_header 400, "
+            "mode_loosening_not_allowed 403).",
             ["reason"],
             registry=own,
         )
@@ -224,10 +229,11 @@ class Metrics:
         )
 
     def observe(self, outcome: Outcome) -> None:
-        self.requests.labels(outcome.route, outcome.mode, str(outcome.action)).inc()
+        up = outcome.upstream
+        self.requests.labels(outcome.route, outcome.mode, str(outcome.action), up).inc()
         for found in outcome.findings:
             model = self.model(outcome.model)
-            self.findings.labels(found.family, model).inc()
+            self.findings.labels(found.family, model, up).inc()
             if found.usage is not None:
                 tokens = self.leaked_tokens
                 tokens.labels(found.family, model, "input").inc(found.usage.input_tokens)
@@ -235,19 +241,20 @@ class Metrics:
         for odd in outcome.anomalies:
             self.anomalies.labels(odd.kind, self.model(outcome.model)).inc()
         if outcome.attempts > 1:
-            self.retries.labels(outcome.route).inc(outcome.attempts - 1)
+            self.retries.labels(outcome.route, up).inc(outcome.attempts - 1)
         for status in outcome.upstream_statuses:
             if status >= 400:
-                self.upstream_errors.labels("status_4xx" if status < 500 else "status_5xx").inc()
+                answered = "status_4xx" if status < 500 else "status_5xx"
+                self.upstream_errors.labels(answered, up).inc()
         kind = ERROR_KINDS.get(outcome.error or "")
         if kind:
-            self.upstream_errors.labels(kind).inc()
+            self.upstream_errors.labels(kind, up).inc()
         if outcome.error and 400 <= outcome.status < 500:  # refused by its route
             self.refused(outcome.error)
         if outcome.upstream_calls:
             upstream = outcome.upstream_ms / 1000
             added = max(outcome.total_ms / 1000 - upstream, 0.0)
-            self.upstream_latency.labels(outcome.route).observe(upstream)
+            self.upstream_latency.labels(outcome.route, up).observe(upstream)
             self.added_latency.labels(outcome.route).observe(added)
 
     def refused(self, code: str) -> None:

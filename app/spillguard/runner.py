@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -66,16 +67,22 @@ def _drain_on_signals(server: uvicorn.Server) -> Iterator[None]:
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The settings as SPILLGUARD_* variables, secrets in clear (for child processes only)."""
-    env: dict[str, str] = {}
+    """The settings as SPILLGUARD_* variables, secrets in clear (for child processes only).
+    The config file is not read again: every value it gave is here. Named upstreams keep their
+    `api_key_env`, which the children inherit."""
+    env: dict[str, str] = {"SPILLGUARD_CONFIG": ""}
     for name in Settings.model_fields:
         value = getattr(settings, name)
-        if name == "proxy_key_file" or value is None:
-            continue  # the file's keys are already in proxy_keys
+        if name in ("proxy_key_file", "config") or value is None:
+            continue  # the key file's keys are already in proxy_keys
         if isinstance(value, SecretStr):
             value = value.get_secret_value()
-        elif name == "proxy_keys":
+        elif name in ("proxy_keys", "loosening_keys"):
             value = ",".join(k.get_secret_value() for k in value)
+        elif name == "upstreams":
+            value = json.dumps({k: e.model_dump(exclude_none=True) for k, e in value.items()})
+        elif name == "rules":
+            value = json.dumps([r.model_dump(mode="json", exclude_none=True) for r in value])
         elif isinstance(value, Enum):
             value = value.value
         env[f"SPILLGUARD_{name.upper()}"] = str(value)

@@ -1,13 +1,35 @@
-"""The one immutable settings object, read from flags and `SPILLGUARD_*` variables."""
+"""The one immutable settings object, read from flags, `SPILLGUARD_*` variables and the config
+file, in that order of precedence (then the defaults).
+
+Besides the options, the file (`config.py` reads it) can name upstreams served at `/NAME/v1`
+(`[upstreams.NAME]`), rules that set a request's policy by model and upstream (`[[rules]]`), and
+proxy keys whose requests may loosen their mode (`[[proxy_keys]]` with `may_loosen = true`).
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
+from .config import CONFIG_ENV, ConfigFile
 from .spans import parse_span
 
 PROVIDERS = {
@@ -55,8 +77,114 @@ class Mode(StrEnum):
     REPAIR = "repair"  # a readable leak becomes the structured call; anything else retries
 
 
+class ModeHeader(StrEnum):
+    """What `x-spillguard-mode` may do to the mode a request's rules give it."""
+
+    TIGHTEN = "tighten"  # only a mode at least as strict (policy.STRICTNESS)
+    ANY = "any"  # any mode
+
+
+DEFAULT_UPSTREAM = "default"  # the name of the upstream served at /v1
+# Names a named upstream may not take: its /NAME/v1 would shadow spillguard's own routes.
+RESERVED_NAMES = frozenset({DEFAULT_UPSTREAM, "v1", "healthz", "readyz", "metrics"})
+UPSTREAM_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+
+
+def resolve_upstream(value: str) -> str:
+    value = PROVIDERS.get(value.strip().lower(), value.strip())
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("an http(s) URL or one of: " + ", ".join(PROVIDERS))
+    return value.rstrip("/")
+
+
+def resolve_anthropic(value: str | None) -> str | None:
+    if value is None or not value.strip():
+        return None
+    value = ANTHROPIC_PROVIDERS.get(value.strip().lower(), value.strip())
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("an http(s) URL or one of: " + ", ".join(ANTHROPIC_PROVIDERS))
+    return value.rstrip("/")
+
+
+def _env_secret(variable: str) -> SecretStr:
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        raise ValueError(f"the environment variable {variable} is not set")
+    return SecretStr(value)
+
+
+class UpstreamEntry(BaseModel):
+    """One `[upstreams.NAME]`: an upstream served at `/NAME/v1`, with its own injected key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(description="Base URL an SDK would use, or xai, deepseek, openai.")
+    api_key_env: str | None = Field(
+        None, description="Environment variable holding the key injected upstream."
+    )
+    anthropic: str | None = Field(
+        None, description="Anthropic-compatible base URL (without /v1), or a shortcut."
+    )
+    _key: SecretStr | None = PrivateAttr(None)
+
+    @property
+    def key(self) -> SecretStr | None:
+        """The injected key, read from `api_key_env` when the settings were made."""
+        return self._key
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return resolve_upstream(value)
+
+    @field_validator("anthropic")
+    @classmethod
+    def _anthropic(cls, value: str | None) -> str | None:
+        return resolve_anthropic(value)
+
+    @model_validator(mode="after")
+    def _read_key(self) -> UpstreamEntry:
+        if self.api_key_env is not None:
+            try:
+                self._key = _env_secret(self.api_key_env)
+            except ValueError as exc:
+                raise ValueError(f"api_key_env: {exc}") from None
+        return self
+
+
+class Rule(BaseModel):
+    """One `[[rules]]`: for requests whose model matches `model` (a glob, any case) and, when
+    given, that go to `upstream`, the policy fields it sets; the first matching rule wins."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "*"
+    upstream: str | None = None
+    mode: Mode | None = None
+    hold_limit: Annotated[int, Field(ge=1024)] | None = None
+    correction: str | None = None
+    correction_required: str | None = None
+    correction_named: str | None = None
+    correction_none: str | None = None
+
+    @property
+    def sets(self) -> dict[str, Any]:
+        """The policy fields this rule sets."""
+        return {k: v for k, v in self if k not in ("model", "upstream") and v is not None}
+
+    @model_validator(mode="after")
+    def _sets_something(self) -> Rule:
+        if not self.sets:
+            raise ValueError("sets nothing: give mode, hold_limit or a correction")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPILLGUARD_", frozen=True, extra="ignore")
+
+    config: str | None = Field(
+        None, description="TOML file with any of these options, upstreams and rules."
+    )
 
     upstream: str = Field(
         "http://127.0.0.1:8000/v1",
@@ -127,31 +255,79 @@ class Settings(BaseSettings):
     otel_leaked_text: bool = Field(
         False, description="Put the leaked text (cut to excerpt_limit) on the trace's spans."
     )
+    mode_header: ModeHeader = Field(
+        ModeHeader.TIGHTEN,
+        description="What x-spillguard-mode may do: tighten (only a stricter mode) or any.",
+    )
+    loosening_keys: Annotated[tuple[SecretStr, ...], NoDecode] = Field(
+        (),
+        description="Proxy keys whose requests may also loosen the mode with x-spillguard-mode "
+        "(in the file: [[proxy_keys]] with may_loosen = true).",
+    )
+    upstreams: dict[str, UpstreamEntry] = Field(
+        default_factory=dict, description="Upstreams served at /NAME/v1, by NAME."
+    )
+    rules: tuple[Rule, ...] = Field((), description="Policy by model and upstream, in order.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (the keyword arguments) over the environment over the file."""
+        given = getattr(init_settings, "init_kwargs", {}).get("config")
+        path = given if given is not None else os.environ.get(CONFIG_ENV)
+        if not path:
+            return init_settings, env_settings
+        return init_settings, env_settings, ConfigFile(settings_cls, path)
 
     @field_validator("upstream")
     @classmethod
     def _resolve_upstream(cls, value: str) -> str:
-        value = PROVIDERS.get(value.strip().lower(), value.strip())
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("upstream must be an http(s) URL or one of: " + ", ".join(PROVIDERS))
-        return value.rstrip("/")
+        return resolve_upstream(value)
 
     @field_validator("anthropic_upstream")
     @classmethod
     def _resolve_anthropic(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        value = ANTHROPIC_PROVIDERS.get(value.strip().lower(), value.strip())
-        if not value.startswith(("http://", "https://")):
-            names = ", ".join(ANTHROPIC_PROVIDERS)
-            raise ValueError(f"anthropic_upstream must be an http(s) URL or one of: {names}")
-        return value.rstrip("/")
+        return resolve_anthropic(value)
 
-    @field_validator("proxy_keys", mode="before")
+    @model_validator(mode="before")
+    @classmethod
+    def _key_entries(cls, data: Any) -> Any:
+        """`proxy_keys` entries that are tables (`key` or `key_env`, and `may_loosen`) become
+        plain keys, those marked `may_loosen` listed in `loosening_keys` too."""
+        if not isinstance(data, dict) or not isinstance(data.get("proxy_keys"), list | tuple):
+            return data
+        plain: list[Any] = []
+        loosening = list(_split(data.get("loosening_keys", ())))
+        for number, entry in enumerate(data["proxy_keys"], 1):
+            if not isinstance(entry, dict):
+                plain.append(entry)
+                continue
+            key = _key_entry(entry, number)
+            plain.append(key)
+            if entry.get("may_loosen") is True:
+                loosening.append(key)
+        return {**data, "proxy_keys": tuple(plain), "loosening_keys": tuple(loosening)}
+
+    @field_validator("proxy_keys", "loosening_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(k.strip() for k in value.split(",") if k.strip())
+        return _split(value)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _names(cls, value: dict[str, UpstreamEntry]) -> dict[str, UpstreamEntry]:
+        for name in value:
+            if not UPSTREAM_NAME.fullmatch(name) or name in RESERVED_NAMES:
+                raise ValueError(
+                    f"{name!r} cannot name an upstream: lower-case letters, digits, - and _ "
+                    f"(at most 32, not {', '.join(sorted(RESERVED_NAMES))})"
+                )
         return value
 
     @model_validator(mode="after")
@@ -164,6 +340,26 @@ class Settings(BaseSettings):
                 raise ValueError(f"cannot read proxy_key_file: {exc.strerror}") from None
             object.__setattr__(self, "proxy_keys", self.proxy_keys + keys)
         return self
+
+    @model_validator(mode="after")
+    def _check_policy(self) -> Settings:
+        names = [DEFAULT_UPSTREAM, *self.upstreams]
+        for number, rule in enumerate(self.rules, 1):
+            if rule.upstream is not None and rule.upstream not in names:
+                raise ValueError(
+                    f"rules #{number}: upstream: {rule.upstream!r} is not an upstream "
+                    f"({', '.join(names)})"
+                )
+        plain = {k.get_secret_value() for k in self.proxy_keys}
+        missing = tuple(k for k in self.loosening_keys if k.get_secret_value() not in plain)
+        object.__setattr__(self, "proxy_keys", self.proxy_keys + missing)  # they are proxy keys
+        return self
+
+    def secrets(self) -> list[str]:
+        """Every key the settings hold, for redaction."""
+        keys = [k.get_secret_value() for k in self.proxy_keys]
+        injected = [self.upstream_key, *(e.key for e in self.upstreams.values())]
+        return keys + [k.get_secret_value() for k in injected if k is not None]
 
     @field_validator("incidents_db")
     @classmethod
@@ -189,3 +385,31 @@ class Settings(BaseSettings):
         if value not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
             raise ValueError("a log level: DEBUG, INFO, WARNING, ERROR or CRITICAL")
         return value
+
+
+def _split(value: object) -> Any:
+    """Keys given as one comma-separated string (in the environment) as a tuple."""
+    if isinstance(value, str):
+        return tuple(k.strip() for k in value.split(",") if k.strip())
+    return value
+
+
+def _key_entry(entry: dict[str, Any], number: int) -> str:
+    """The key of one `[[proxy_keys]]` table."""
+    where = f"proxy_keys #{number}"
+    unknown = set(entry) - {"key", "key_env", "may_loosen"}
+    if unknown:
+        raise ValueError(f"{where}: {', '.join(sorted(unknown))}: not a key, key_env or may_loosen")
+    if not isinstance(entry.get("may_loosen", False), bool):
+        raise ValueError(f"{where}: may_loosen: true or false")
+    if ("key" in entry) == ("key_env" in entry):
+        raise ValueError(f"{where}: give key or key_env (one of them)")
+    if "key_env" in entry:
+        try:
+            return _env_secret(str(entry["key_env"])).get_secret_value()
+        except ValueError as exc:
+            raise ValueError(f"{where}: key_env: {exc}") from None
+    key = entry["key"]
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError(f"{where}: key: a non-empty string")
+    return key.strip()

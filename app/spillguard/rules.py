@@ -1,0 +1,36 @@
+"""The `[[rules]]`, compiled: the policy a request gets from its upstream and its model.
+
+Rules are tried in the order the file gives them; the first whose `model` glob matches the
+request's model (fnmatch syntax, any case: `*`, `?`, `[abc]`; a request without a model is
+matched as "") and whose `upstream`, when it names one, is the request's, sets the policy
+fields it names. The fields it leaves out are the options'. No later rule is consulted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from fnmatch import translate
+
+from .policy import Policy
+from .settings import Settings
+
+Matcher = Callable[[str], "re.Match[str] | None"]
+
+
+class Rules:
+    def __init__(self, settings: Settings) -> None:
+        self.default = Policy.of(settings)
+        self.policies = tuple(replace(self.default, **r.sets) for r in settings.rules)
+        self._rules: tuple[tuple[Matcher, str | None, Policy], ...] = tuple(
+            (re.compile(translate(r.model), re.IGNORECASE).match, r.upstream, policy)
+            for r, policy in zip(settings.rules, self.policies, strict=True)
+        )
+
+    def policy(self, upstream: str, model: str | None) -> Policy:
+        text = model or ""
+        for matches, only, policy in self._rules:
+            if (only is None or only == upstream) and matches(text):
+                return policy
+        return self.default
