@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from .chat_calls import reply_anomalies
+from .chat_repair import repair_reply, reply_markup
 from .chat_stream import REASONING_KEYS, ChatStream, new_stream
 from .detect import Finding, ToolSet, TurnScanner
 from .errors import SpillguardError
 from .usage import Usage
-from .wire import Stream, Wire
+from .wire import Repairable, Stream, Wire
 
 __all__ = ["WIRE", "ChatStream", "inspect_reply", "new_stream", "reply_anomalies"]
 
@@ -65,6 +66,10 @@ def stream_usage(stream: Stream) -> Usage | None:
     return stream.usage if isinstance(stream, ChatStream) else None
 
 
+def repairable(stream: Stream) -> Repairable | None:
+    return stream if isinstance(stream, ChatStream) else None
+
+
 WIRE = Wire(
     "chat",
     "chat/completions",
@@ -75,4 +80,7 @@ WIRE = Wire(
     retry_body,
     reply_anomalies=reply_anomalies,
     stream_usage=stream_usage,
+    repair_reply=repair_reply,
+    reply_markup=reply_markup,
+    repairable=repairable,
 )

@@ -4,7 +4,8 @@ Sans-IO: events in, bytes out. A chunk whose text the scanner publishes unchange
 as the exact bytes the upstream sent; only chunks whose text is held back are re-serialized,
 with every other field left as it was. A retry after published prose continues the client's
 stream: the same chunk `id`, no second role delta, tool-call indices shifted past the calls
-already sent, and its restatement of the published prose dropped (`repeat.py`).
+already sent, and its restatement of the published prose dropped (`repeat.py`). After a
+finding, what follows the markup is kept in a `Tail`, for a repair (`chat_repair.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .chat_calls import CALL_FINISHES, StreamCalls
-from .detect import Anomaly, Finding, ToolSet, TurnScanner
+from .chat_repair import Tail, stream_repair
+from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner
 from .repeat import Repeat
 from .sse import Event, Out, encode_data
 from .usage import Usage, usage_of
@@ -57,6 +59,7 @@ class ChatStream:
         self.done: bytes | None = None  # the raw [DONE] event, held until the end
         self.usage: Usage | None = None  # from a chunk's `usage` (stream_options.include_usage)
         self._calls = StreamCalls()  # the structured calls, for `anomalies`
+        self._tail: Tail | None = None  # what followed the markup, once there is a finding
 
     @property
     def certain(self) -> bool:
@@ -102,6 +105,8 @@ class ChatStream:
         except (ValueError, RecursionError):
             chunk = None
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        if self._tail is not None:
+            self._tail.note(event, chunk)
         if not isinstance(choices, list):
             return [] if self.certain else [Out(event.raw, True)]  # errors, unknown events
         if not self.head:
@@ -112,16 +117,17 @@ class ChatStream:
             self._drain(choices)
             return []
         changed, meaningful, kept = self._splice is not None, False, []
-        for choice in choices:
+        for n, choice in enumerate(choices):
             if not isinstance(choice, dict):
                 kept.append(choice)
                 continue
-            c_changed, c_meaningful, keep = self._edit_choice(choice)
+            c_changed, c_meaningful, keep = self._edit_choice(chunk, choice)
             changed |= c_changed
             meaningful |= c_meaningful
             if keep:
                 kept.append(choice)
-            if self.certain:
+            if self._tail is not None:
+                self._tail.clean &= n == len(choices) - 1  # no other choice may follow
                 break
         if chunk.get("usage"):
             meaningful = True
@@ -166,7 +172,9 @@ class ChatStream:
             guard = self._guards[index] = TurnScanner(self._tools, self._hold_limit)
         return guard
 
-    def _edit_choice(self, choice: dict[str, Any]) -> tuple[bool, bool, bool]:
+    def _edit_choice(
+        self, chunk: dict[str, Any], choice: dict[str, Any]
+    ) -> tuple[bool, bool, bool]:
         """Edit one choice in place: (changed, meaningful, keep)."""
         index = choice.get("index", 0)
         index = index if isinstance(index, int) else 0
@@ -202,6 +210,8 @@ class ChatStream:
             meaningful = True
         if guard.finding is not None:
             self._found(index, guard.finding)
+            if finish is not None and self._tail is not None:
+                self._tail.close(chunk, choice, published=True)
             # Prose before the markup in this very chunk may still go out, as a plain delta.
             finish = None
             choice["finish_reason"] = None
@@ -256,6 +266,23 @@ class ChatStream:
     def _found(self, index: int, finding: Finding) -> None:
         if self.finding is None:
             self.finding, self.finding_choice = finding, index
+            self._tail = Tail(index)
+
+    @property
+    def markup(self) -> str | None:
+        """The leaking choice's markup (content only: reasoning markup is retried)."""
+        guard = self._guards.get(self.finding_choice)
+        if self.finding is None or self.finding.field != "content" or guard is None:
+            return None
+        return guard.markup
+
+    def repair(self, calls: tuple[Call, ...]) -> list[Out] | None:
+        """After the upstream ended: the calls in place of the markup, then the finish, usage
+        and [DONE]. None for a splice, several choices, or anything after the markup."""
+        if self._tail is None or self._splice is not None or len(self._guards) != 1:
+            return None
+        first = self.tool_next.get(self.finding_choice, 0)
+        return stream_repair(self._tail, calls, first, self.trailer)
 
     def _drain(self, choices: list[Any]) -> None:
         """After a finding, keep reading the leaking choice so its name and family settle."""

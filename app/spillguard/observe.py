@@ -169,6 +169,8 @@ class Observer:
                     "tool_name": f.tool_name,
                     "attempt": f.attempt,
                     "excerpt": f.excerpt[:limit],
+                    # The calls a repair made of it (JSON, cut like the excerpt).
+                    **({"repaired": f.repaired[:limit]} if f.repaired is not None else {}),
                 }
                 for f in outcome.findings
             ]

@@ -6,11 +6,13 @@ observer (`observe.py`), the metrics and the incident record only read it.
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from .detect import Anomaly
+from .detect import Anomaly, Call
 from .usage import Usage
 
 
@@ -114,6 +116,15 @@ class Outcome:
     ) -> None:
         self.family, self.tool_name = family, tool_name
         self.findings.append(Leak(family, tool_name, attempt, excerpt, usage))
+
+    def repaired(self, calls: Sequence[Call]) -> None:
+        """The last finding was answered with the calls its markup spelled out, with no second
+        upstream call; the incident keeps them beside the original text."""
+        self.action = Action.REPAIRED
+        made = ",".join(
+            '{"name":' + json.dumps(c.name) + ',"arguments":' + c.arguments + "}" for c in calls
+        )
+        self.findings[-1] = replace(self.findings[-1], repaired="[" + made + "]")
 
     @property
     def leaked_usage(self) -> Usage | None:

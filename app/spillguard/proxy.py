@@ -1,8 +1,10 @@
-"""The decision: pass, retry once, or fail, for a whole reply or a stream, over any wire format.
+"""The decision: pass, repair, retry once, or fail, for a whole reply or a stream, over any wire.
 
 A `Wire` (`wire.py`) knows one API's shapes; this module knows only what to do with a finding.
 Streams are an async generator that first yields a `Head` (the status and headers to start the
-response with, decided as late as `start.ResponseStart` allows) and then bytes.
+response with, decided as late as `start.ResponseStart` allows) and then bytes; one attempt's
+stream goes through `relay.Relay`. A repair (`repair.py`) answers a finding with the calls its
+markup spells out, from the one upstream call; whatever cannot be repaired is retried.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from .chains import Chains
 from .correction import correction
@@ -18,35 +21,33 @@ from .detect import Finding
 from .errors import InternalError, LeakedToolCall, ReplyTooLarge, SpillguardError, UpstreamError
 from .exchange import Exchange, Head, action_headers, error_headers, open_upstream
 from .outcome import Action
+from .relay import Attempt, Relay, passed
+from .repair import repair_calls
 from .settings import Mode, Settings
-from .sse import Out, SSEDecoder, SSEError
+from .sse import SSEError
 from .start import ResponseStart, Send
 from .upstream import Reply, Upstream, end_to_end
 from .usage import Usage
-from .wire import Stream, Wire
+from .wire import Repairable, Stream, Wire
 
 # The handlers import the exchange's names from here, beside the decision.
 __all__ = ["Decision", "Exchange", "Head", "action_headers", "error_headers", "open_upstream"]
 
-DRAIN_SECONDS = 1.0  # at most this long reading on after a marker, for the name and family
 log = logging.getLogger("spillguard")
 # Headers of a reply whose body spillguard may rewrite or re-frame.
 REFRAMED = frozenset({"content-length", "content-encoding"})
 
 
-def _passed(attempt: int) -> Action:
-    return Action.RETRIED if attempt == 2 else Action.PASSED
-
-
 class Decision:
-    """For one wire: send the request upstream, inspect the reply, and pass it, retry once with
-    the corrective instruction, or fail with TEXT_ENCODED_TOOL_CALL."""
+    """For one wire: send the request upstream, inspect the reply, and pass it, repair it (mode
+    repair), retry once with the corrective instruction, or fail with TEXT_ENCODED_TOOL_CALL."""
 
     def __init__(self, settings: Settings, upstream: Upstream, wire: Wire) -> None:
         self.settings = settings
         self.upstream = upstream
         self.wire = wire
         self.chains = Chains(settings, wire.chaining)  # spliced responses named later
+        self.relay = Relay(settings, wire, self.chains)
 
     def _leak(self, ex: Exchange, finding: Finding, attempt: int) -> LeakedToolCall:
         ex.outcome.act(Action.FAILED)
@@ -98,15 +99,16 @@ class Decision:
                 if attempt == 2:
                     ex.outcome.act(Action.RETRIED)
                 return status, headers, data  # the upstream's own answer, as it sent it
-            found = self._judge_whole(ex, data, attempt)
-            if found is None:
-                return status, headers, data
-            body = self._retry(ex, found, attempt)
+            judged = self._judge_whole(ex, data, attempt)
+            if isinstance(judged, bytes):
+                return status, headers, judged
+            body = self._retry(ex, judged, attempt)
         raise AssertionError("unreachable")
 
-    def _judge_whole(self, ex: Exchange, data: bytes, attempt: int) -> tuple[Finding, str] | None:
-        """Judge a whole JSON reply: None to pass it (setting the action), the finding and the
-        leaked text to retry with, or raise the leak when there is no retry left."""
+    def _judge_whole(self, ex: Exchange, data: bytes, attempt: int) -> bytes | tuple[Finding, str]:
+        """Judge a whole JSON reply: the body to answer with (the upstream's, or its repair),
+        setting the action; the finding and the leaked text to retry with; or raise the leak
+        when there is no retry left."""
         try:
             parsed = json.loads(data)
         except (ValueError, RecursionError):
@@ -115,15 +117,34 @@ class Decision:
         if found is None or ex.policy.mode is Mode.OBSERVE:  # this reply reaches the client
             ex.outcome.saw(self.wire.reply_anomalies(parsed, ex.tools), attempt)
         if found is None:
-            ex.outcome.act(_passed(attempt))
-            return None
+            ex.outcome.act(passed(attempt))
+            return data
         self._note(ex, found[0], attempt, self.wire.reply_usage(parsed))
         if ex.policy.mode is Mode.OBSERVE:
             ex.outcome.act(Action.OBSERVED)
-            return None
+            return data
+        repaired = self._repair_whole(ex, data, parsed, found, attempt)
+        if repaired is not None:
+            return repaired
         if ex.policy.mode is Mode.FAIL or attempt == 2:
             raise self._leak(ex, found[0], attempt)
         return found
+
+    def _repair_whole(
+        self, ex: Exchange, data: bytes, parsed: Any, found: tuple[Finding, str], attempt: int
+    ) -> bytes | None:
+        """The reply with the calls its markup spells out, when it can be repaired."""
+        finding, prose = found
+        if self.wire.repair_reply is None:
+            return None
+        markup = self.wire.reply_markup(parsed, finding)
+        calls = repair_calls(ex.policy, ex.obj, ex.tools, finding, markup)
+        body = self.wire.repair_reply(data, parsed, finding, prose, calls) if calls else None
+        if calls is None or body is None:
+            return None
+        ex.outcome.saw(self.wire.reply_anomalies(json.loads(body), ex.tools), attempt)
+        ex.outcome.repaired(calls)
+        return body
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -154,18 +175,6 @@ class Decision:
                 headers = error_headers(self.settings, error)
                 yield Head(error.status, headers, sse=False, body=body)
 
-    def _head(self, ex: Exchange, attempt: int, headers: dict[str, str]) -> Head:
-        observe = ex.policy.mode is Mode.OBSERVE
-        ex.outcome.act(Action.OBSERVED if observe else _passed(attempt))
-        return Head(200, headers | action_headers(ex.outcome))
-
-    def _send(
-        self, ex: Exchange, attempt: int, headers: dict[str, str], start: ResponseStart, send: Send
-    ) -> list[Head | bytes]:
-        if send.data:
-            start.delivered(asyncio.get_running_loop().time())
-        return [self._head(ex, attempt, headers), send.data] if send.start else [send.data]
-
     async def _stream(self, ex: Exchange) -> AsyncGenerator[Head | bytes, None]:
         s = self.settings
         self.chains.rewrite(ex)
@@ -181,13 +190,13 @@ class Decision:
                 if json_reply and reply.identity and not start.started:
                     # A stream request answered with one JSON reply: judge it whole.
                     data = await reply.read(s.max_reply)
-                    found = self._judge_whole(ex, data, attempt)
-                    if found is None:
+                    judged = self._judge_whole(ex, data, attempt)
+                    if isinstance(judged, bytes):
                         headers = end_to_end(reply.headers, REFRAMED) | action_headers(ex.outcome)
                         yield Head(200, headers, sse=False)
-                        yield data
+                        yield judged
                         return
-                    body = self._retry(ex, found, attempt)
+                    body = self._retry(ex, judged, attempt)
                     continue
                 if (
                     reply.status != 200
@@ -207,7 +216,10 @@ class Decision:
                     return
                 headers = end_to_end(reply.headers, REFRAMED)
                 stream = ex.current = self.wire.new_stream(ex.tools, ex.policy.hold_limit, previous)
-                edit = self._edit(ex, attempt, reply, stream, start, headers, previous is not None)
+                at = Attempt(ex, attempt, stream, start, headers)
+                # A splice (a retry continuing the client's stream) is never repaired.
+                repairable = self._repairable(ex, stream) if previous is None else None
+                edit = self.relay.edit(at, reply, previous is not None, repairable is not None)
                 async for item in edit:
                     yield item
             finding = stream.finding
@@ -218,85 +230,37 @@ class Decision:
             self._note(ex, finding, attempt, self.wire.stream_usage(stream))
             if ex.policy.mode is Mode.OBSERVE:
                 return
+            if repairable is not None and at.complete:
+                repaired = self._repair_stream(at, repairable, finding)
+                if repaired is not None:
+                    for item in repaired:
+                        yield item
+                    return
+            if start.started and at.held:  # the client's stream goes on from the prose
+                for item in self.relay.send(at, Send(at.held)):
+                    yield item
             cannot_splice = start.started and not self.chains.may_splice(ex, stream)
             if ex.policy.mode is Mode.FAIL or attempt == 2 or cannot_splice:
                 raise self._leak(ex, finding, attempt)
             body = self._retry(ex, (finding, stream.leaked_text()), attempt)
             previous = stream if start.started else None
 
-    async def _edit(
-        self,
-        ex: Exchange,
-        attempt: int,
-        reply: Reply,
-        stream: Stream,
-        start: ResponseStart,
-        headers: dict[str, str],
-        splice: bool,
-    ) -> AsyncGenerator[Head | bytes, None]:
-        """One attempt's SSE stream through its editor, until it ends or leaks."""
-        s = self.settings
-        observe = ex.policy.mode is Mode.OBSERVE
-        decoder = SSEDecoder()
-        loop = asyncio.get_running_loop()
-        remember = splice and self.chains.stored(ex)  # a stored splice, for later requests
-        while True:
-            # A keep-alive is due `keepalive` seconds after the client's last byte (or its
-            # request), however steadily the upstream sends text that is held back.
-            left = start.since + s.keepalive - loop.time()
-            chunk: bytes | None = await reply.wait_chunk(left) if left > 0 else None
-            if chunk is None:  # keep the connection alive (starting the response if need be)
-                for item in self._send(
-                    ex, attempt, headers, start, start.idle(self.wire.keepalive)
-                ):
-                    yield item
-                continue
-            outs: list[Out] = []
-            for event in decoder.feed(chunk) if chunk else decoder.flush():
-                fed = stream.feed(event)
-                outs.extend([Out(event.raw)] if observe else fed)
-            if not chunk:  # the upstream's stream ended
-                if stream.certain:
-                    stream.settle()
-                else:
-                    tail = stream.finish()
-                    if not observe and not stream.certain:
-                        outs.extend(tail)
-                        if stream.trailer:
-                            outs.append(Out(stream.trailer))
-            leaking = stream.certain and not observe  # this attempt publishes no more
-            if remember and self.chains.remember(stream):  # before the client has the id
-                remember = False
-            # Output is publishable by construction; the start policy says when it may go.
-            send = start.output(
-                b"".join(o.data for o in outs),
-                meaningful=any(o.meaningful for o in outs),
-                last=not chunk,
-                leaking=leaking,
-            )
-            if send is not None:
-                for item in self._send(ex, attempt, headers, start, send):
-                    yield item
-            if not observe and stream.holding > ex.policy.hold_limit:
-                raise ReplyTooLarge(f"Held back more than {ex.policy.hold_limit} characters")
-            if not chunk or leaking:
-                break
-        if leaking and chunk:
-            await self._drain(reply, decoder, stream, ex.policy.hold_limit)
+    def _repairable(self, ex: Exchange, stream: Stream) -> Repairable | None:
+        """The stream, when its leak would be read out for a repair."""
+        return self.wire.repairable(stream) if ex.policy.mode is Mode.REPAIR else None
 
-    async def _drain(self, reply: Reply, decoder: SSEDecoder, stream: Stream, limit: int) -> None:
-        """Read a little more of a leaking reply so its family and tool name settle: bounded
-        in size and in time (the retry, or the 502, should not wait for a whole generation)."""
-        read = 0
-        try:
-            async with asyncio.timeout(DRAIN_SECONDS):
-                while read < limit and not stream.ended:
-                    chunk = await reply.chunk()
-                    read += len(chunk)
-                    for event in decoder.feed(chunk) if chunk else decoder.flush():
-                        stream.feed(event)
-                    if not chunk:
-                        break
-        except TimeoutError:
-            pass
-        stream.settle()
+    def _repair_stream(
+        self, at: Attempt, stream: Repairable, finding: Finding
+    ) -> list[Head | bytes] | None:
+        """What finishes the client's stream with the calls in place of the markup (the prose
+        that came with the marker first), when the leak can be repaired."""
+        ex = at.ex
+        calls = repair_calls(ex.policy, ex.obj, ex.tools, finding, stream.markup)
+        outs = stream.repair(calls) if calls else None
+        if calls is None or outs is None:
+            return None
+        ex.outcome.saw(at.stream.anomalies, at.number)
+        ex.outcome.repaired(calls)
+        data = at.held + b"".join(o.data for o in outs)
+        send = at.start.output(data, meaningful=True, last=True, leaking=False)
+        return self.relay.send(at, send, Action.REPAIRED) if send is not None else []

@@ -10,18 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from .detect import Anomaly, Finding, ToolSet, TurnScanner
+from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
 from .rawjson import append_items
 from .sse import Event, Out
 from .start import KEEPALIVE
 from .usage import Usage, reply_usage
-
-if TYPE_CHECKING:  # until the core's `Call` lands (repair-core)
-    from .detect import Call
 
 
 def content_finding(

@@ -1,0 +1,163 @@
+"""One attempt's SSE stream, relayed to the client through its wire's editor.
+
+The loop waits on the upstream no longer than a keep-alive interval (measured from the client's
+last byte), feeds each event to the editor and publishes what the start policy lets go. After a
+finding the attempt publishes nothing more: the rest is drained briefly so the finding's family
+and name settle (a retry follows), or, when the leak may be repaired, read to its end (within
+the hold limit, keep-alives flowing), the prose that came with the marker held in `Attempt.held`
+until the repair is decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+
+from .chains import Chains
+from .errors import ReplyTooLarge
+from .exchange import Exchange, Head, action_headers
+from .outcome import Action
+from .settings import Mode, Settings
+from .sse import Out, SSEDecoder
+from .start import ResponseStart, Send
+from .upstream import Reply
+from .wire import Stream, Wire
+
+DRAIN_SECONDS = 1.0  # at most this long reading on after a marker, for the name and family
+
+
+def passed(attempt: int) -> Action:
+    return Action.RETRIED if attempt == 2 else Action.PASSED
+
+
+@dataclass
+class Attempt:
+    """One upstream attempt of a stream request, as the relay leaves it to the decision."""
+
+    ex: Exchange
+    number: int
+    stream: Stream
+    start: ResponseStart
+    headers: dict[str, str]  # the upstream's, for the response head
+    held: bytes = b""  # prose that came with the marker while the response had not started
+    complete: bool = False  # a leaking stream was read to its end within the hold limit
+
+
+class Relay:
+    def __init__(self, settings: Settings, wire: Wire, chains: Chains) -> None:
+        self.settings = settings
+        self.wire = wire
+        self.chains = chains
+
+    def send(self, at: Attempt, send: Send, action: Action | None = None) -> list[Head | bytes]:
+        """Bytes for the client, after the response head when they start the response (its
+        action `action`, or what a published attempt is: passed, retried or observed)."""
+        if send.data:
+            at.start.delivered(asyncio.get_running_loop().time())
+        if not send.start:
+            return [send.data]
+        if action is None:
+            observe = at.ex.policy.mode is Mode.OBSERVE
+            action = Action.OBSERVED if observe else passed(at.number)
+        at.ex.outcome.act(action)
+        return [Head(200, at.headers | action_headers(at.ex.outcome)), send.data]
+
+    async def edit(
+        self, at: Attempt, reply: Reply, splice: bool, read_out: bool
+    ) -> AsyncGenerator[Head | bytes, None]:
+        """The attempt's stream until it ends or leaks; a leak is then read to its end when
+        `read_out` (for a repair), else drained."""
+        s, ex, stream, start = self.settings, at.ex, at.stream, at.start
+        observe = ex.policy.mode is Mode.OBSERVE
+        decoder = SSEDecoder()
+        loop = asyncio.get_running_loop()
+        remember = splice and self.chains.stored(ex)  # a stored splice, for later requests
+        while True:
+            # A keep-alive is due `keepalive` seconds after the client's last byte (or its
+            # request), however steadily the upstream sends text that is held back.
+            left = start.since + s.keepalive - loop.time()
+            chunk: bytes | None = await reply.wait_chunk(left) if left > 0 else None
+            if chunk is None:  # keep the connection alive (starting the response if need be)
+                for item in self.send(at, start.idle(self.wire.keepalive)):
+                    yield item
+                continue
+            outs: list[Out] = []
+            for event in decoder.feed(chunk) if chunk else decoder.flush():
+                fed = stream.feed(event)
+                outs.extend([Out(event.raw)] if observe else fed)
+            if not chunk:  # the upstream's stream ended
+                if stream.certain:
+                    stream.settle()
+                else:
+                    tail = stream.finish()
+                    if not observe and not stream.certain:
+                        outs.extend(tail)
+                        if stream.trailer:
+                            outs.append(Out(stream.trailer))
+            leaking = stream.certain and not observe  # this attempt publishes no more
+            if remember and self.chains.remember(stream):  # before the client has the id
+                remember = False
+            # Output is publishable by construction; the start policy says when it may go.
+            data = b"".join(o.data for o in outs)
+            meaningful = any(o.meaningful for o in outs)
+            send = start.output(data, meaningful=meaningful, last=not chunk, leaking=leaking)
+            if send is not None:
+                for item in self.send(at, send):
+                    yield item
+            elif leaking and not start.started:
+                at.held = data
+            if not observe and stream.holding > ex.policy.hold_limit:
+                raise ReplyTooLarge(f"Held back more than {ex.policy.hold_limit} characters")
+            if not chunk or leaking:
+                break
+        if not leaking:
+            return
+        if not chunk:
+            at.complete = True
+        elif read_out:
+            async for item in self._read_out(at, reply, decoder):
+                yield item
+        else:
+            await self._drain(reply, decoder, stream, ex.policy.hold_limit)
+
+    async def _read_out(
+        self, at: Attempt, reply: Reply, decoder: SSEDecoder
+    ) -> AsyncGenerator[Head | bytes, None]:
+        """Read a leaking stream to its end for a repair, the client kept alive meanwhile;
+        more than the hold limit held back leaves it incomplete (the retry follows)."""
+        s, stream, start = self.settings, at.stream, at.start
+        loop = asyncio.get_running_loop()
+        while not stream.ended:
+            left = start.since + s.keepalive - loop.time()
+            chunk = await reply.wait_chunk(left) if left > 0 else None
+            if chunk is None:
+                for item in self.send(at, start.idle(self.wire.keepalive)):
+                    yield item
+                continue
+            for event in decoder.feed(chunk) if chunk else decoder.flush():
+                stream.feed(event)
+            if stream.holding > at.ex.policy.hold_limit:
+                stream.settle()
+                return
+            if not chunk:
+                break
+        stream.settle()
+        at.complete = True
+
+    async def _drain(self, reply: Reply, decoder: SSEDecoder, stream: Stream, limit: int) -> None:
+        """Read a little more of a leaking reply so its family and tool name settle: bounded
+        in size and in time (the retry, or the 502, should not wait for a whole generation)."""
+        read = 0
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                while read < limit and not stream.ended:
+                    chunk = await reply.chunk()
+                    read += len(chunk)
+                    for event in decoder.feed(chunk) if chunk else decoder.flush():
+                        stream.feed(event)
+                    if not chunk:
+                        break
+        except TimeoutError:
+            pass
+        stream.settle()
