@@ -19,15 +19,21 @@ RUN update-ca-certificates >/dev/null \
  && python -m venv /opt/venv
 ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 WORKDIR /src
-# Dependencies first, from pyproject.toml alone, so a code change does not reinstall them.
+# The package's extras installed beside its dependencies, comma-separated. By default `otel`, so
+# that SPILLGUARD_OTEL_TRACES=true turns traces on without another image (they stay off until
+# then); `--build-arg EXTRAS=` builds without it.
+ARG EXTRAS=otel
+# Dependencies first, from pyproject.toml alone, so a code change does not reinstall them. An
+# extra pyproject.toml does not name fails the build.
 COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+RUN python -c "import os, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; extras = [e for e in os.environ['EXTRAS'].split(',') if e]; print('\n'.join(p['dependencies'] + [d for e in extras for d in p['optional-dependencies'][e]]))" > /tmp/requirements.txt \
  && /opt/venv/bin/pip install -r /tmp/requirements.txt
 COPY app ./app
 RUN /opt/venv/bin/pip install --no-deps . \
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
  && /opt/venv/bin/pip uninstall -y -q pip setuptools \
- && /opt/venv/bin/python -c "import spillguard.cli, uvloop, httptools"
+ && /opt/venv/bin/python -c "import spillguard.cli, uvloop, httptools" \
+ && case ",$EXTRAS," in *,otel,*) /opt/venv/bin/python -c "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter" ;; esac
 
 # ---- runtime: the venv, a non-root user and a writable data directory --------------------------
 FROM python:3.11-slim
