@@ -182,7 +182,9 @@ def sse_content(text: str) -> tuple[str, bool]:
     return content, done
 
 
-async def one(session: Any, base: str, kind: Kind) -> str | None:
+async def one(
+    session: Any, base: str, kind: Kind, headers: dict[str, str] | None = None
+) -> str | None:
     """Send one request; None when it got its documented outcome, else what went wrong."""
     url = base + kind.path
     try:
@@ -190,7 +192,7 @@ async def one(session: Any, base: str, kind: Kind) -> str | None:
             async with session.get(url) as r:
                 await r.read()
                 return None if r.status == 200 else f"status {r.status}"
-        async with session.post(url, json=body_for(kind)) as r:
+        async with session.post(url, json=body_for(kind), headers=headers) as r:
             raw = await r.read()
             if r.status != kind.want_status:
                 return f"status {r.status} (want {kind.want_status}): {raw[:120]!r}"
