@@ -19,10 +19,12 @@ from typing import Any
 
 from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
 from .errors import SpillguardError
-from .messages_stream import MessagesStream, is_call, new_stream
+from .messages_events import is_call
+from .messages_repair import repair_reply, reply_markup
+from .messages_stream import MessagesStream, new_stream
 from .rawjson import append_items
 from .sse import encode_event
-from .wire import Stream, Wire, content_finding
+from .wire import Repairable, Stream, Wire, content_finding
 
 ROUTE = "/v1/messages"  # this path and those under it are Anthropic's whatever the headers
 VERSION_HEADER = b"anthropic-version"  # sent by every Anthropic SDK and Claude Code
@@ -141,6 +143,10 @@ def _new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> Mes
     return new_stream(tools, hold_limit, previous if isinstance(previous, MessagesStream) else None)
 
 
+def repairable(stream: Stream) -> Repairable | None:
+    return stream if isinstance(stream, MessagesStream) else None
+
+
 WIRE = MessagesWire(
     "messages",
     "messages",
@@ -152,4 +158,7 @@ WIRE = MessagesWire(
     reply_anomalies=reply_anomalies,
     keepalive=PING,
     error_body=error_body,
+    repair_reply=repair_reply,
+    reply_markup=reply_markup,
+    repairable=repairable,
 )

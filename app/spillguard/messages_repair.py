@@ -14,15 +14,12 @@ import json
 import secrets
 import string
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .detect import Finding
+from .detect import Call, Finding
 from .messages_events import dumps, is_call, out
 from .rawjson import elements, replace_values
 from .sse import Event, Out
-
-if TYPE_CHECKING:
-    from .detect import Call
 
 _BASE62 = string.digits + string.ascii_letters
 

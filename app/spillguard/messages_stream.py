@@ -18,15 +18,12 @@ and usage.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
+from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, call_anomalies
 from .messages_events import DELTA_KEYS, MESSAGE_END, Block, Pending, dumps, is_call, meaningful
 from .messages_repair import Tail
 from .sse import Event, Out, encode_event
-
-if TYPE_CHECKING:
-    from .detect import Call
 
 __all__ = ["MessagesStream", "is_call", "new_stream"]
 

@@ -16,9 +16,10 @@ from .errors import SpillguardError
 from .idmap import IdMap, Spliced
 from .rawjson import elements, replace_values
 from .responses_events import dumps, function_names, is_call
+from .responses_repair import repair_reply, reply_markup
 from .responses_stream import ResponsesStream, new_stream, stream_usage
 from .sse import encode_event
-from .wire import Chaining, Stream, Wire, content_finding
+from .wire import Chaining, Repairable, Stream, Wire, content_finding
 
 __all__ = ["WIRE", "ResponsesStream", "inspect_reply", "new_stream", "reply_anomalies"]
 
@@ -171,6 +172,10 @@ def error_event(error: SpillguardError, stream: Stream | None) -> bytes:
     return encode_event("error", dumps(data))
 
 
+def repairable(stream: Stream) -> Repairable | None:
+    return stream if isinstance(stream, ResponsesStream) else None
+
+
 WIRE = Wire(
     "responses",
     "responses",
@@ -183,4 +188,7 @@ WIRE = Wire(
     reply_anomalies,
     stream_usage=stream_usage,
     chaining=Chaining(stored, spliced, chain_request),
+    repair_reply=repair_reply,
+    reply_markup=reply_markup,
+    repairable=repairable,
 )

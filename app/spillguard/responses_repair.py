@@ -13,14 +13,11 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .detect import Finding
+from .detect import Call, Finding
 from .rawjson import elements, replace_values
 from .responses_events import TERMINAL, dumps, index_of, is_call
-
-if TYPE_CHECKING:
-    from .detect import Call
 
 
 def function_call(call: Call, status: str = "completed") -> dict[str, Any]:

@@ -9,9 +9,9 @@ A retry that continues a started client stream does so through `responses_splice
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
+from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, call_anomalies
 from .responses_events import (
     TERMINAL,
     Key,
@@ -28,9 +28,6 @@ from .responses_splice import Splice, close_open_items
 from .sse import Event, Out, encode_event
 from .usage import Usage, usage_of
 from .wire import Stream
-
-if TYPE_CHECKING:
-    from .detect import Call
 
 
 class ResponsesStream:
