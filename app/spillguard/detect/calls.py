@@ -17,12 +17,18 @@ from typing import Any
 from . import schema
 from .calls_json import JSON_PARSERS
 from .calls_python import PYTHON_PARSERS
+from .calls_tokens import TOKEN_PARSERS
 from .calls_xml import XML_PARSERS
 from .reading import Draft, NoParse, Parser
 from .tools import ToolSet
 
 # Families not here have no regular structure to read without guessing, and are retried.
-PARSERS: Mapping[str, Parser] = {**JSON_PARSERS, **XML_PARSERS, **PYTHON_PARSERS}
+PARSERS: Mapping[str, Parser] = {
+    **JSON_PARSERS,
+    **TOKEN_PARSERS,
+    **XML_PARSERS,
+    **PYTHON_PARSERS,
+}
 
 
 @dataclass(frozen=True)

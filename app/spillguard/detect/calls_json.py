@@ -1,34 +1,32 @@
-"""Parsers of the families whose arguments are JSON: the whole-answer blob, Llama, Hermes/Qwen,
-DeepSeek (V3 fenced, V3.1, V4 attributes), Kimi, Mistral (array and v11), harmony, and the tags
-that wrap a JSON call or list (Granite, GigaChat, Nemotron, `<tools>`, `<tool_calls>`, ...)."""
+"""Parsers of the families that write a JSON call object (or a list of them) in or after a tag:
+the whole-answer blob, Llama, Hermes/Qwen, Mistral (array and v11), and the tags that wrap a
+JSON call or list (Granite, GigaChat, Nemotron, InternLM, Longcat, `<tools>`, `<tool_calls>`,
+...), Command R's and Apertus' own call objects."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from .blob import unfence
-from .markers import SEP
-from .reading import Draft, NoParse, Parser, Reader, calls_of, token, word
+from .markers import BAR, SEP
+from .reading import (
+    JSON_START,
+    NAME,
+    NAME_RE,
+    OBJECT_START,
+    Draft,
+    NoParse,
+    Parser,
+    Reader,
+    calls_of,
+    name_of,
+    token,
+    word,
+)
 from .tools import ToolSet
 
-NAME = r"(?:[A-Za-z_]|\\_)(?:[\w.\-]|\\_){0,127}"
-_NAME = re.compile(NAME)
-_JSON_START = re.compile(r"[\[{]")
-_OBJECT_START = re.compile(r"\{")
 _SEMICOLON = re.compile(";")
-
-
-def name_of(text: str) -> str:
-    return text.replace("\\_", "_")
-
-
-def _object(r: Reader) -> dict[str, object]:
-    if not r.at(_OBJECT_START):
-        raise NoParse("arguments are not an object")
-    value = r.json()
-    assert isinstance(value, dict)  # it began with "{"
-    return value
-
 
 # ---- the whole-answer blob, and Llama 3.x ----------------------------------------------------
 
@@ -66,100 +64,11 @@ def read_hermes(markup: str, tools: ToolSet) -> list[Draft]:
     first = True
     while first or r.at(_TOOL_CALL):
         # The first opener may be lost after reasoning: `</think>{"name": ...}</tool_call>`.
-        if r.take(_TOOL_CALL) is None and not (first and r.at(_OBJECT_START)):
+        if r.take(_TOOL_CALL) is None and not (first and r.at(OBJECT_START)):
             raise NoParse("no <tool_call>")
         first = False
         drafts += calls_of(r.json(), tools)
         r.expect(_TOOL_CALL_END)
-    r.end()
-    return drafts
-
-
-# ---- DeepSeek ---------------------------------------------------------------------------------
-
-_CALLS_BEGIN = re.compile(token("tool", "calls", "begin"))
-_CALLS_END = re.compile(token("tool", "calls", "end"))
-_CALL_BEGIN = re.compile(token("tool", "call", "begin"))
-_CALL_END = re.compile(token("tool", "call", "end"))
-_TOOL_SEP = re.compile(token("tool", "sep"))
-_FENCE_OPEN = re.compile(r"```(?:json)?[ \t]*\r?\n")
-_FENCE_CLOSE = re.compile(r"```")
-_V4_OPEN = re.compile(r"\\?<tool_call((?:\s+[\w-]{1,32}=\"[^\"<>]{0,256}\")+)\s*>")
-_ATTR = re.compile(r"([\w-]{1,32})=\"([^\"<>]{0,256})\"")
-
-
-def read_deepseek(markup: str, tools: ToolSet) -> list[Draft]:
-    """V3: `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` and a ```json fence; V3.1:
-    `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}`; both inside `<｜tool▁calls▁begin｜>` (which a
-    stream may lose) and its end. V4: `<tool_call name="NAME" ...>{json}</tool_call>`."""
-    r = Reader(markup)
-    if r.at(_V4_OPEN):
-        return _deepseek_v4(r)
-    outer = r.take(_CALLS_BEGIN) is not None
-    drafts: list[Draft] = []
-    while not drafts or r.at(_CALL_BEGIN):
-        r.expect(_CALL_BEGIN)
-        first = r.take(_NAME)
-        r.expect(_TOOL_SEP)
-        if first is not None and r.at(_OBJECT_START):  # V3.1
-            drafts.append(Draft(name_of(first.group()), _object(r)))
-        else:  # V3: the type before the separator, the name after it, then a fence
-            if first is not None and first.group() != "function":
-                raise NoParse("a V3 call type that is not function")
-            name = name_of(r.expect(_NAME).group())
-            r.expect(_FENCE_OPEN)
-            drafts.append(Draft(name, _object(r)))
-            r.expect(_FENCE_CLOSE)
-        r.expect(_CALL_END)
-    if outer:
-        r.expect(_CALLS_END)
-    else:
-        r.take(_CALLS_END)
-    r.end()
-    return drafts
-
-
-def _deepseek_v4(r: Reader) -> list[Draft]:
-    drafts: list[Draft] = []
-    while not drafts or r.at(_V4_OPEN):
-        attrs = dict(_ATTR.findall(r.expect(_V4_OPEN).group(1)))
-        if "name" not in attrs:
-            raise NoParse("no name attribute")
-        drafts.append(Draft(attrs["name"], _object(r)))
-        r.expect(_TOOL_CALL_END)
-    r.end()
-    return drafts
-
-
-# ---- Kimi K2 ----------------------------------------------------------------------------------
-
-_SECTION_BEGIN = re.compile(token("tool", "calls?", "section", "begin"))
-_SECTION_END = re.compile(token("tool", "calls?", "section", "end"))
-_ARGUMENT_BEGIN = re.compile(token("tool", "call", "argument", "begin"))
-_KIMI_ID = re.compile(r"(?:functions\.)?(" + NAME + r"):\d{1,6}")
-
-
-def read_kimi(markup: str, tools: ToolSet) -> list[Draft]:
-    """`<|tool_calls_section_begin|>` then `<|tool_call_begin|>functions.NAME:0
-    <|tool_call_argument_begin|>{json}<|tool_call_end|>` per call, then the section's end. The
-    section opener, and with it the first call's opener, may be lost; a JSON list of calls may
-    stand right after the section opener."""
-    r = Reader(markup)
-    section = r.take(_SECTION_BEGIN) is not None
-    drafts: list[Draft] = []
-    if section and r.at(_JSON_START) and not r.at(_OBJECT_START):
-        drafts = calls_of(r.json(), tools)
-    while not drafts or r.at(_CALL_BEGIN):
-        if r.take(_CALL_BEGIN) is None and (drafts or section):
-            raise NoParse("no call opener")
-        name = name_of(r.expect(_KIMI_ID).group(1))
-        r.expect(_ARGUMENT_BEGIN)
-        drafts.append(Draft(name, _object(r)))
-        r.expect(_CALL_END)
-    if section:
-        r.expect(_SECTION_END)
-    else:
-        r.take(_SECTION_END)
     r.end()
     return drafts
 
@@ -179,54 +88,15 @@ def read_mistral(markup: str, tools: ToolSet) -> list[Draft]:
     r.expect(_TOOL_CALLS)
     drafts: list[Draft] = []
     while True:
-        if r.at(_JSON_START):
+        if r.at(JSON_START):
             drafts += calls_of(r.json(), tools)
         else:
-            name = name_of(r.expect(_NAME).group())
+            name = name_of(r.expect(NAME_RE).group())
             r.take(_CALL_ID)
             r.expect(_ARGS)
-            drafts.append(Draft(name, _object(r)))
+            drafts.append(Draft(name, r.object()))
         if r.take(_TOOL_CALLS) is None and not r.at(_V11_CALL):
             break
-    r.end()
-    return drafts
-
-
-# ---- harmony (gpt-oss) ------------------------------------------------------------------------
-
-_START = re.compile(token("start") + r"\s*assistant")
-_CHANNEL = re.compile(token("channel") + r"\s*([a-z]{1,20})")
-_RECIPIENT = re.compile(r"to=functions\.(" + NAME + ")")
-_CONSTRAIN = re.compile(r"(?:" + token("constrain") + r")?\s*json")
-_MESSAGE = re.compile(token("message"))
-_CALL = re.compile(token("call") + "|" + token("end"))
-_HEADER = re.compile(token("start") + "|" + token("channel") + "|to=functions\\.")
-
-
-def read_harmony(markup: str, tools: ToolSet) -> list[Draft]:
-    """`<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>
-    {json}<|call|>`, the recipient before or after the channel, the leading tokens maybe lost,
-    several calls in a row. `<|call|>` is a stop token a server may strip: the last call may end
-    without it."""
-    r = Reader(markup)
-    drafts: list[Draft] = []
-    while not drafts or r.at(_HEADER):
-        r.take(_START)
-        name: str | None = None
-        while r.take(_MESSAGE) is None:
-            recipient = r.take(_RECIPIENT)
-            channel = None if recipient else r.take(_CHANNEL)
-            if recipient is not None and name is None:
-                name = name_of(recipient.group(1))
-            elif channel is not None and channel.group(1) != "final":
-                continue
-            elif r.take(_CONSTRAIN) is None:
-                raise NoParse("not a harmony call header")
-        if name is None:
-            raise NoParse("no recipient")
-        drafts.append(Draft(name, _object(r)))
-        if r.take(_CALL) is None and not r.at_end():
-            raise NoParse("no <|call|>")
     r.end()
     return drafts
 
@@ -253,19 +123,116 @@ def wrapped(opener: str, closer: str | None) -> Parser:
     return read
 
 
+# ---- Command R, Apertus, K2 Horizon: their own call shapes --------------------------------------
+
+_START_ACTION = re.compile(token("START", "ACTION"))
+_END_ACTION = re.compile(token("END", "ACTION"))
+_ACTION_LINE = re.compile(r"Action:[ \t]{0,4}(?:\r?\n[ \t]{0,4})?```(?:json)?[ \t]{0,4}\r?\n")
+_FENCE_CLOSE = re.compile(r"```")
+
+
+def _command_r_calls(value: Any) -> list[Draft]:
+    """`[{"tool_call_id": "0", "tool_name": "N", "parameters": {...}}, ...]`."""
+    if not isinstance(value, list) or not value:
+        raise NoParse("not a list of actions")
+    drafts = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) - {"tool_call_id", "tool_name", "parameters"}:
+            raise NoParse("not an action")
+        name, args = item.get("tool_name"), item.get("parameters", {})
+        if not isinstance(name, str) or not isinstance(args, dict):
+            raise NoParse("an action without a name or parameters")
+        drafts.append(Draft(name, args))
+    return drafts
+
+
+def read_command_r(markup: str, tools: ToolSet) -> list[Draft]:
+    """`<|START_ACTION|>[...]<|END_ACTION|>` (R7B, Command A), or the older R+ line `Action:`
+    and a ```json fenced list."""
+    r = Reader(markup)
+    if r.take(_START_ACTION) is not None:
+        drafts = _command_r_calls(r.json())
+        r.expect(_END_ACTION)
+    else:
+        r.expect(_ACTION_LINE)
+        drafts = _command_r_calls(r.json())
+        r.expect(_FENCE_CLOSE)
+    r.end()
+    return drafts
+
+
+_TOOLS_PREFIX = re.compile(token("tools", "prefix"))
+_TOOLS_SUFFIX = re.compile(token("tools", "suffix"))
+
+
+def read_apertus(markup: str, tools: ToolSet) -> list[Draft]:
+    """`<|tools_prefix|>[{"NAME": {arguments}}, ...]<|tools_suffix|>`: the name is the key."""
+    r = Reader(markup)
+    r.expect(_TOOLS_PREFIX)
+    value = r.json()
+    r.expect(_TOOLS_SUFFIX)
+    r.end()
+    if not isinstance(value, list) or not value:
+        raise NoParse("not a list of calls")
+    drafts = []
+    for item in value:
+        if not isinstance(item, dict) or len(item) != 1:
+            raise NoParse("a call is one name and its arguments")
+        [(name, args)] = item.items()
+        if not isinstance(args, dict):
+            raise NoParse("arguments are not an object")
+        drafts.append(Draft(name, args))
+    return drafts
+
+
+_IFM_CALLS = re.compile(r"<ifm" + BAR + word("tool_calls") + ">")
+_IFM_CALLS_END = re.compile(r"</ifm" + BAR + word("tool_calls") + ">")
+_IFM_CALL = re.compile(r"<ifm" + BAR + word("tool_call") + r">\s{0,8}(" + NAME + ")")
+_IFM_CALL_END = re.compile(r"</ifm" + BAR + word("tool_call") + ">")
+
+
+def read_k2_horizon(markup: str, tools: ToolSet) -> list[Draft]:
+    """`<ifm|tool_calls>` then `<ifm|tool_call>NAME{json}</ifm|tool_call>` per call, then
+    `</ifm|tool_calls>`."""
+    r = Reader(markup)
+    block = r.take(_IFM_CALLS) is not None
+    drafts: list[Draft] = []
+    while not drafts or r.at(_IFM_CALL):
+        name = name_of(r.expect(_IFM_CALL).group(1))
+        drafts.append(Draft(name, r.object()))
+        r.expect(_IFM_CALL_END)
+    if block:
+        r.expect(_IFM_CALLS_END)
+    r.end()
+    return drafts
+
+
 JSON_PARSERS: dict[str, Parser] = {
     "json": read_json,
     "llama": read_json,
     "hermes": read_hermes,
-    "deepseek": read_deepseek,
-    "kimi": read_kimi,
     "mistral": read_mistral,
-    "harmony": read_harmony,
+    "command_r": read_command_r,
+    "apertus": read_apertus,
+    "k2_horizon": read_k2_horizon,
     "granite": wrapped(token("tool", "call"), None),
     "granite_fc": wrapped(r"\\?<function" + SEP + r"call>", None),
-    "gigachat": wrapped(token("function", "call"), None),
+    # GigaChat 3: `<|function_call|>{json}`, or `<|message_sep|>`, a line `function call
+    # <|role_sep|>`, then the JSON.
+    "gigachat": wrapped(
+        token("function", "call")
+        + "|"
+        + token("message", "sep")
+        + r"\s{0,8}function[ _]call"
+        + token("role", "sep"),
+        None,
+    ),
     "qwen_tools": wrapped(r"\\?<tools>", r"\\?</tools>"),
     "tool_calls_tag": wrapped(r"\\?<tool" + SEP + r"calls>", r"\\?</tool" + SEP + r"calls>"),
     "nemotron": wrapped(r"\\?<TOOLCALL>", r"\\?</TOOLCALL>"),
     "functools": wrapped(r"functools(?=\[)", None),
+    "internlm": wrapped(token("action", "start") + token("plugin"), token("action", "end")),
+    "longcat": wrapped(
+        r"\\?<longcat" + SEP + "tool" + SEP + "call>", r"</longcat" + SEP + "tool" + SEP + "call>"
+    ),
 }

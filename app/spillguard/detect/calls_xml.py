@@ -13,18 +13,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .markers import BAR
-from .reading import Draft, NoParse, Parser, Reader, loads, word
+from .markers import BAR, SEP
+from .reading import (
+    ATTRS,
+    Draft,
+    NoParse,
+    Parser,
+    Reader,
+    attributes,
+    calls_of,
+    loads,
+    word,
+)
 from .schema import Untyped
 from .tools import ToolSet
 
-_ATTRS = r"((?:\s{1,8}[\w-]{1,32}=\"[^\"]{0,512}\")*)\s{0,8}"
-_ATTR = re.compile(r"([\w-]{1,32})=\"([^\"]{0,512})\"")
 _CDATA = re.compile(r"\s*<!\[CDATA\[(.*)\]\]>\s*", re.S)
-
-
-def _attrs(match: re.Match[str]) -> dict[str, str]:
-    return dict(_ATTR.findall(match.group(1)))
 
 
 def _text(raw: str) -> str:
@@ -43,7 +47,7 @@ def _params(r: Reader, opener: re.Pattern[str], closer: re.Pattern[str]) -> dict
     arguments: dict[str, Any] = {}
     while (m := r.take(opener)) is not None:
         raw, _ = r.until(closer)
-        _put(arguments, _attrs(m).get("name"), Untyped(_text(raw)))
+        _put(arguments, attributes(m).get("name"), Untyped(_text(raw)))
     return arguments
 
 
@@ -54,7 +58,7 @@ def _dsml(words: str, closing: bool = False, attrs: bool = False) -> re.Pattern[
     """A DSML tag, with its drift: any bars, `DSM`, a space or `_|` before the word, the `<`
     lost, a bar where the closing `>` belongs."""
     head = r"\\?<?" + ("/" if closing else "") + BAR + r"DSML?" + BAR + r"(?: |_" + BAR + ")?"
-    return re.compile(head + "(?:" + words + ")" + (_ATTRS if attrs else r"\s{0,8}") + "[>|｜]")
+    return re.compile(head + "(?:" + words + ")" + (ATTRS if attrs else r"\s{0,8}") + "[>|｜]")
 
 
 _DSML_BLOCK = _dsml("function_calls|tool_calls|calls")
@@ -73,10 +77,10 @@ def read_dsml(markup: str, tools: ToolSet) -> list[Draft]:
     block = r.take(_DSML_BLOCK) is not None
     drafts: list[Draft] = []
     while not drafts or r.at(_DSML_INVOKE):
-        name = _attrs(r.expect(_DSML_INVOKE)).get("name")
+        name = attributes(r.expect(_DSML_INVOKE)).get("name")
         arguments: dict[str, Any] = {}
         while (m := r.take(_DSML_PARAM)) is not None:
-            attrs = _attrs(m)
+            attrs = attributes(m)
             text = _text(r.until(_DSML_PARAM_END)[0])
             flag = attrs.get("string")
             value = text if flag == "true" else loads(text) if flag == "false" else Untyped(text)
@@ -108,24 +112,38 @@ def _own_line(raw: str) -> str:
     return raw[:-1] if raw.endswith("\n") else raw
 
 
-def read_qwen3_coder(markup: str, tools: ToolSet) -> list[Draft]:
-    """`<tool_call>` (sometimes absent), `<function=NAME>` (the name maybe quoted), then
-    `<parameter=K>` v `</parameter>` pairs, `</function>`, `</tool_call>`; several in a row."""
-    r = Reader(markup)
-    drafts: list[Draft] = []
-    while not drafts or r.at(_TOOL_CALL) or r.at(_FUNCTION):
-        wrapped = r.take(_TOOL_CALL) is not None
-        name = r.expect(_FUNCTION).group(2).strip()
-        arguments: dict[str, Any] = {}
-        while (m := r.take(_PARAMETER)) is not None:
-            raw, _ = r.until(_PARAMETER_END)
-            _put(arguments, m.group(2).strip(), Untyped(_own_line(_text(raw))))
-        r.expect(_FUNCTION_END)
-        if wrapped:
-            r.expect(_TOOL_CALL_END)
-        drafts.append(Draft(name, arguments))
-    r.end()
-    return drafts
+def _declared(name: str, tools: ToolSet) -> str:
+    """A quoted name as written, or, when only that spelling with underscores for its spaces
+    is declared, the declared one (`"get current temperature"` for get_current_temperature)."""
+    joined = name.replace(" ", "_")
+    return joined if name not in tools.names and joined in tools.names else name
+
+
+def functions(opener: str, closer: str) -> Parser:
+    """Calls `<function=NAME>` (the name maybe quoted) with `<parameter=K>` v `</parameter>`
+    pairs and `</function>`, each maybe wrapped in `opener` ... `closer`; several in a row."""
+    open_re, close_re = re.compile(opener), re.compile(closer)
+
+    def read(markup: str, tools: ToolSet) -> list[Draft]:
+        r = Reader(markup)
+        drafts: list[Draft] = []
+        while not drafts or r.at(open_re) or r.at(_FUNCTION):
+            wrapped = r.take(open_re) is not None
+            function = r.expect(_FUNCTION)
+            name = function.group(2).strip()
+            name = _declared(name, tools) if function.group(1) else name
+            arguments: dict[str, Any] = {}
+            while (m := r.take(_PARAMETER)) is not None:
+                raw, _ = r.until(_PARAMETER_END)
+                _put(arguments, m.group(2).strip(), Untyped(_own_line(_text(raw))))
+            r.expect(_FUNCTION_END)
+            if wrapped:
+                r.expect(close_re)
+            drafts.append(Draft(name, arguments))
+        r.end()
+        return drafts
+
+    return read
 
 
 _GLM_NAME = re.compile(r"[A-Za-z_][\w.\-]{0,127}(?=\s*(?:<arg_key>|</tool_call>))")
@@ -157,16 +175,16 @@ def read_glm(markup: str, tools: ToolSet) -> list[Draft]:
 
 # ---- <invoke name=..> families: MiniMax-M2, Claude, xAI, MiniCPM -----------------------------
 
-_INVOKE = re.compile(r"\\?<invoke" + _ATTRS + ">")
+_INVOKE = re.compile(r"\\?<invoke" + ATTRS + ">")
 _INVOKE_END = re.compile(r"</invoke>")
-_PARAM = re.compile(r"<parameter" + _ATTRS + ">")
+_PARAM = re.compile(r"<parameter" + ATTRS + ">")
 _PARAM_END = re.compile(r"</parameter>")
 
 
 def _invokes(r: Reader) -> list[Draft]:
     drafts: list[Draft] = []
     while not drafts or r.at(_INVOKE):
-        name = _attrs(r.expect(_INVOKE)).get("name")
+        name = attributes(r.expect(_INVOKE)).get("name")
         arguments = _params(r, _PARAM, _PARAM_END)
         r.expect(_INVOKE_END)
         if not name:
@@ -196,7 +214,7 @@ def _blocks(opener: str, closer: str, optional: bool) -> Parser:
     return read
 
 
-_XAI = re.compile(r"\\?<xai:" + word("function_call") + _ATTRS + ">")
+_XAI = re.compile(r"\\?<xai:" + word("function_call") + ATTRS + ">")
 # Grok mangles its closer: `</xai:function_call?`, `...">`, or another token right after it.
 _XAI_END = re.compile(
     r"</xai:" + word("function_call") + r"(?:>|\?>?|\">|<\|\w{1,32}\|>|(?=\s*(?:<xai:|\Z)))"
@@ -209,7 +227,7 @@ def read_xai(markup: str, tools: ToolSet) -> list[Draft]:
     r = Reader(markup)
     drafts: list[Draft] = []
     while not drafts or r.at(_XAI):
-        name = _attrs(r.expect(_XAI)).get("name")
+        name = attributes(r.expect(_XAI)).get("name")
         arguments = _params(r, _PARAM, _PARAM_END)
         r.expect(_XAI_END)
         if not name:
@@ -219,8 +237,8 @@ def read_xai(markup: str, tools: ToolSet) -> list[Draft]:
     return drafts
 
 
-_MINICPM = re.compile(r"\\?<function" + _ATTRS + ">")
-_MINICPM_PARAM = re.compile(r"<param" + _ATTRS + ">")
+_MINICPM = re.compile(r"\\?<function" + ATTRS + ">")
+_MINICPM_PARAM = re.compile(r"<param" + ATTRS + ">")
 _MINICPM_PARAM_END = re.compile(r"</param>")
 
 
@@ -230,7 +248,7 @@ def read_minicpm(markup: str, tools: ToolSet) -> list[Draft]:
     r = Reader(markup)
     drafts: list[Draft] = []
     while not drafts or r.at(_MINICPM):
-        name = _attrs(r.expect(_MINICPM)).get("name")
+        name = attributes(r.expect(_MINICPM)).get("name")
         arguments = _params(r, _MINICPM_PARAM, _MINICPM_PARAM_END)
         r.expect(_FUNCTION_END)
         if not name:
@@ -240,12 +258,70 @@ def read_minicpm(markup: str, tools: ToolSet) -> list[Draft]:
     return drafts
 
 
+# ---- dots, MiniMax-M3 --------------------------------------------------------------------------
+
+_DOTS = re.compile(r"\\?<dots" + SEP + "function" + SEP + "call>")
+_DOTS_END = re.compile(r"</dots" + SEP + "function" + SEP + "call>")
+
+
+def read_dots(markup: str, tools: ToolSet) -> list[Draft]:
+    """`<dots_function_call>` with `<invoke>` calls or a JSON call (or list) inside, then
+    `</dots_function_call>`; several in a row."""
+    r = Reader(markup)
+    drafts: list[Draft] = []
+    while not drafts or r.at(_DOTS):
+        r.expect(_DOTS)
+        drafts += _invokes(r) if r.at(_INVOKE) else calls_of(r.json(), tools)
+        r.expect(_DOTS_END)
+    r.end()
+    return drafts
+
+
+_M3 = r"\]<\]minimax\[>\["  # the token MiniMax-M3 puts before every tag
+_M3_BLOCK = re.compile(_M3 + "<" + word("tool_call") + ">")
+_M3_BLOCK_END = re.compile(_M3 + "</" + word("tool_call") + ">")
+_M3_INVOKE = re.compile(_M3 + "<invoke" + ATTRS + ">")
+_M3_INVOKE_END = re.compile(_M3 + "</invoke>")
+_M3_KEY = re.compile(_M3 + r"<([A-Za-z_][\w.\-]{0,127})>")
+
+
+def read_minimax_m3(r: Reader) -> list[Draft]:
+    """`<tool_call>`, per call `<invoke name="N">` with `<K>v</K>` per argument and
+    `</invoke>`, then `</tool_call>`: every tag after the `]<]minimax[>[` token."""
+    r.expect(_M3_BLOCK)
+    drafts: list[Draft] = []
+    while not drafts or r.at(_M3_INVOKE):
+        name = attributes(r.expect(_M3_INVOKE)).get("name")
+        arguments: dict[str, Any] = {}
+        while (m := r.take(_M3_KEY)) is not None:
+            key = m.group(1)
+            raw, _ = r.until(re.compile(_M3 + "</" + re.escape(key) + ">"))
+            _put(arguments, key, Untyped(_text(raw)))
+        r.expect(_M3_INVOKE_END)
+        if not name:
+            raise NoParse("an invoke without a name")
+        drafts.append(Draft(name, arguments))
+    r.expect(_M3_BLOCK_END)
+    r.end()
+    return drafts
+
+
+_MINIMAX_M2 = _blocks(r"\\?<minimax:" + word("tool_call") + ">", r"</minimax:tool_call>", False)
+
+
+def read_minimax(markup: str, tools: ToolSet) -> list[Draft]:
+    r = Reader(markup)
+    return read_minimax_m3(r) if r.at(_M3_BLOCK) else _MINIMAX_M2(markup, tools)
+
+
 XML_PARSERS: dict[str, Parser] = {
     "dsml": read_dsml,
-    "qwen3_coder": read_qwen3_coder,
+    "qwen3_coder": functions(_TOOL_CALL.pattern, _TOOL_CALL_END.pattern),
+    "seed": functions(r"\\?<seed:" + word("tool_call") + ">", r"</seed:" + word("tool_call") + ">"),
     "glm": read_glm,
-    "minimax": _blocks(r"\\?<minimax:" + word("tool_call") + ">", r"</minimax:tool_call>", False),
+    "minimax": read_minimax,
     "claude_xml": _blocks(r"\\?<function_calls>", r"</function_calls>", True),
     "xai": read_xai,
     "minicpm": read_minicpm,
+    "dots": read_dots,
 }

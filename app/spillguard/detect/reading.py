@@ -34,6 +34,25 @@ class Draft:
 
 Parser = Callable[[str, ToolSet], list[Draft]]
 
+# A tool name as the token families write it (a Markdown-escaped `\_` allowed).
+NAME = r"(?:[A-Za-z_]|\\_)(?:[\w.\-]|\\_){0,127}"
+NAME_RE = re.compile(NAME)
+JSON_START = re.compile(r"[\[{]")
+OBJECT_START = re.compile(r"\{")
+
+
+# A tag's attributes (`name="read" string="true"`), as group 1 of a pattern.
+ATTRS = r"((?:\s{1,8}[\w-]{1,32}=\"[^\"]{0,512}\"){0,16})\s{0,8}"
+_ATTR = re.compile(r"([\w-]{1,32})=\"([^\"]{0,512})\"")
+
+
+def attributes(match: re.Match[str]) -> dict[str, str]:
+    return dict(_ATTR.findall(match.group(1)))
+
+
+def name_of(text: str) -> str:
+    return text.replace("\\_", "_")
+
 
 def token(*words: str) -> str:
     """A bar-framed special token (`<｜tool▁sep｜>`, `<|python_tag|>`) with its drift: fullwidth,
@@ -54,6 +73,7 @@ _END_TOKEN = re.compile(
         for w in (
             ("im", "end"),
             ("eot", "id"),
+            ("eot",),
             ("eom", "id"),
             ("end",),
             ("return",),
@@ -133,6 +153,14 @@ class Reader:
             value, self.pos = _DECODER.raw_decode(self.text, self.pos)
         except (ValueError, RecursionError) as exc:
             raise NoParse("not JSON") from exc
+        return value
+
+    def object(self) -> dict[str, Any]:
+        """A JSON object at the cursor (after white space): a call's arguments."""
+        if not self.at(OBJECT_START):
+            raise NoParse("arguments are not an object")
+        value = self.json()
+        assert isinstance(value, dict)  # it began with "{"
         return value
 
     def at(self, pattern: re.Pattern[str]) -> bool:
