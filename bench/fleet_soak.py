@@ -477,6 +477,20 @@ def report(
         table.rstrip(),
         "```",
     ]
+    replicas: list[Replica] = result["replicas"]
+    lines += [
+        "",
+        f"<details><summary>RSS samples (MB, every {args.sample:.0f} s)</summary>",
+        "",
+        "| t (s) | phase | " + " | ".join(f"replica {i + 1}" for i in range(len(replicas))) + " |",
+        "|---:|---|" + "---:|" * len(replicas),
+        *(
+            f"| {taken[0][0]} | {taken[0][1]} | " + " | ".join(str(mb) for *_, mb in taken) + " |"
+            for taken in zip(*(r.rss_mb for r in replicas), strict=False)
+        ),
+        "",
+        "</details>",
+    ]
     if fig["problems"]:
         lines += ["", "Problems:", "", *(f"- `{p}`" for p in fig["problems"])]
     return "\n".join(lines) + "\n"
