@@ -27,7 +27,7 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def out(data: dict[str, Any]) -> Out:
+def new_event(data: dict[str, Any]) -> Out:
     """An event made here, as it goes out."""
     return Out(encode_event(str(data.get("type")), dumps(data)), meaningful(data))
 
@@ -56,6 +56,40 @@ class Block:
         out = content if self.kind == "text" else reasoning
         self.published.append(out)
         return out
+
+    def delta(self, text: str) -> Pending:
+        """A delta of this block's text (or thinking), made here to release text that was held."""
+        key = "text" if self.kind == "text" else "thinking"
+        delta = {"type": f"{key}_delta", key: text}
+        return ({"type": "content_block_delta", "index": self.index, "delta": delta}, None)
+
+
+@dataclass
+class ClientBlocks:
+    """The blocks as the client has them: their indexes there, and which are open."""
+
+    next: int = 0  # the next block index at the client (after a splice: past the first's)
+    opened: set[int] = field(default_factory=set)
+
+    def send(self, block: Block | None, data: dict[str, Any], event: Event | None) -> Out:
+        """An event as it goes out: the upstream's bytes while unchanged and at its own index,
+        else re-serialized at the block's index at the client."""
+        kind, index = data.get("type"), data.get("index")
+        if block is not None and kind == "content_block_start":
+            block.client, self.next = self.next, self.next + 1
+            self.opened.add(block.client)
+        if block is not None and block.client is not None:
+            if kind == "content_block_stop":
+                self.opened.discard(block.client)
+            if block.client != index:
+                data, event = {**data, "index": block.client}, None
+        return Out(event.raw, meaningful(data)) if event is not None else new_event(data)
+
+    def close_all(self) -> list[Out]:
+        """Stop every block the client has open, at the text it has (a splice, a repair)."""
+        stops = [{"type": "content_block_stop", "index": i} for i in sorted(self.opened)]
+        self.opened.clear()
+        return [new_event(stop) for stop in stops]
 
 
 def meaningful(data: dict[str, Any]) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .detect import Call, Finding
-from .messages_events import dumps, is_call, out
+from .messages_events import dumps, is_call, new_event
 from .rawjson import elements, replace_values
 from .sse import Event, Out
 
@@ -170,5 +170,5 @@ class Tail:
             return None
         if self.message_stop is None:
             return None
-        outs = [out(e) for e in events] + [out(stopped_for_calls(self.message_delta))]
+        outs = [new_event(e) for e in events] + [new_event(stopped_for_calls(self.message_delta))]
         return [*outs, Out(self.message_stop.raw)]

@@ -12,7 +12,8 @@ markup shows in thinking, everything after it is parked until a call block relea
 thinking was real reasoning after all) or the message ends (then it is a finding). A retry
 spliced into a started stream closes the blocks the client has open, numbers its own blocks
 after them and sends no second `message_start`; its `message_delta` carries its stop reason
-and usage.
+and usage. A repair (`messages_repair.py`) reads a leak on to the message's end, then closes
+the blocks the client has open and sends the calls' blocks after them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import json
 from typing import Any
 
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, call_anomalies
-from .messages_events import DELTA_KEYS, MESSAGE_END, Block, Pending, dumps, is_call, meaningful
+from .messages_events import DELTA_KEYS, MESSAGE_END, Block, ClientBlocks, Pending, is_call
 from .messages_repair import Tail
-from .sse import Event, Out, encode_event
+from .sse import Event, Out
 
 __all__ = ["MessagesStream", "is_call", "new_stream"]
 
@@ -33,7 +34,6 @@ class MessagesStream:
         self._tools = tools
         self._hold_limit = hold_limit
         self._blocks: dict[int, Block] = {}
-        self._opened: set[int] = set()  # client indexes of blocks started and not stopped
         self._parked: list[Pending] = []
         self._parked_bytes = 0
         self._called = False
@@ -43,12 +43,10 @@ class MessagesStream:
         self._ended = False
         self._splice = previous is not None
         self._waiting: Block | None = None  # the text block whose start is held back
-        self.next = 0  # the next block index at the client (after a splice: past the first's)
-        self._closing: list[Out] = []
+        # The blocks' indexes at the client; a splice goes on from the first attempt's.
+        self.sent: ClientBlocks = previous.sent if previous else ClientBlocks()
+        self._closing = self.sent.close_all() if previous is not None else []
         self._tail = Tail()  # after a finding: what the upstream sent, for a repair
-        if previous is not None:
-            self._closing = previous.close_open_blocks()
-            self.next = previous.next
 
     # ---- what the decision reads ----------------------------------------------------------
 
@@ -105,19 +103,14 @@ class MessagesStream:
         """After the upstream's message ended: the blocks the client has open closed at the
         text it has, a `tool_use` block per call, and the message's end (stop reason
         `tool_use`, the upstream's usage). None when the message cannot carry them."""
-        if self.markup is None:
+        if self.markup is None or (tail := self._tail.finish(calls, self.sent.next)) is None:
             return None
-        tail = self._tail.finish(calls, self.next)
-        if tail is None:
-            return None
-        self.next += len(calls)
-        return self.close_open_blocks() + tail
+        self.sent.next += len(calls)
+        return self.sent.close_all() + tail
 
     def _leak(self) -> Block | None:
-        for block in self._blocks.values():
-            if block.kind == "text" and block.turn is not None and block.turn.finding:
-                return block
-        return None
+        blocks = self._blocks.values()
+        return next((b for b in blocks if b.kind == "text" and b.turn and b.turn.finding), None)
 
     def leaked_text(self) -> str:
         """The prose of the text blocks, never the markup: the retry's assistant turn."""
@@ -221,15 +214,8 @@ class MessagesStream:
         out = block.feed(text)
         if out == text:
             return self._show(block, same)
-        return self._show(block, [self._with(data, delta, key, out)] if out else [])
-
-    def _with(self, data: dict[str, Any], delta: dict[str, Any], key: str, text: str) -> Pending:
-        return ({**data, "delta": {**delta, key: text}}, None)
-
-    def _synth(self, block: Block, text: str) -> Pending:
-        key = "text" if block.kind == "text" else "thinking"
-        delta = {"type": f"{key}_delta", key: text}
-        return ({"type": "content_block_delta", "index": block.index, "delta": delta}, None)
+        edited: Pending = ({**data, "delta": {**delta, key: out}}, None)
+        return self._show(block, [edited] if out else [])
 
     def _finish(self, block: Block) -> list[Pending]:
         """The block's text is complete: what its scanner still held, unless it is markup."""
@@ -237,7 +223,7 @@ class MessagesStream:
             return []
         block.done = True
         rest = block.finish()
-        return self._show(block, [self._synth(block, rest)] if rest else [])
+        return self._show(block, [block.delta(rest)] if rest else [])
 
     def _show(self, block: Block, pending: list[Pending], force: bool = False) -> list[Pending]:
         """A text block's events wait until it has shown non-whitespace text (or ends as the
@@ -276,7 +262,7 @@ class MessagesStream:
                 text = block.turn.structured_call()
                 if text:
                     block.published.append(text)
-                    out.append(self._synth(block, text))
+                    out.append(block.delta(text))
         out += self._parked
         self._parked, self._parked_bytes = [], 0
         return out
@@ -300,31 +286,11 @@ class MessagesStream:
     # ---- sending --------------------------------------------------------------------------
 
     def _send_all(self, pending: list[Pending]) -> list[Out]:
-        return [self._send(data, event) for data, event in pending]
+        return [self.sent.send(self._block_of(data), data, event) for data, event in pending]
 
-    def _send(self, data: dict[str, Any], event: Event | None) -> Out:
-        """An event as it goes out: the upstream's bytes while unchanged and at its own index,
-        else re-serialized at the block's index at the client."""
-        kind = str(data.get("type"))
+    def _block_of(self, data: dict[str, Any]) -> Block | None:
         index = data.get("index")
-        block = self._blocks.get(index) if isinstance(index, int) else None
-        if block is not None and kind == "content_block_start":
-            block.client, self.next = self.next, self.next + 1
-            self._opened.add(block.client)
-        if block is not None and block.client is not None:
-            if kind == "content_block_stop":
-                self._opened.discard(block.client)
-            if block.client != index:
-                data, event = {**data, "index": block.client}, None
-        if event is not None:
-            return Out(event.raw, meaningful(data))
-        return Out(encode_event(kind, dumps(data)), meaningful(data))
-
-    def close_open_blocks(self) -> list[Out]:
-        """For a splice: stop every block the client has open, at the text it has."""
-        stops = [{"type": "content_block_stop", "index": i} for i in sorted(self._opened)]
-        self._opened.clear()
-        return [Out(encode_event("content_block_stop", dumps(s))) for s in stops]
+        return self._blocks.get(index) if isinstance(index, int) else None
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> MessagesStream:
