@@ -188,6 +188,54 @@ READS = [
         LHR,
         id="nemotron",
     ),
+    pytest.param(
+        'Searching.<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "find_flights", '
+        '"parameters": {"origin": "LHR", "seats": 2}}]<|END_ACTION|>',
+        LHR,
+        id="command-r7b",
+    ),
+    pytest.param(
+        'Action: ```json\n[{"tool_name": "find_flights", "parameters": {"origin": "LHR", '
+        '"seats": 2}}]\n```',
+        LHR,
+        id="command-r-plus-action",
+    ),
+    pytest.param(
+        '<|tools_prefix|>[{"find_flights": {"origin": "LHR", "seats": 2}}, {"ping": {}}]'
+        "<|tools_suffix|>",
+        (*LHR, Call("ping", "{}")),
+        id="apertus-name-as-key",
+    ),
+    pytest.param(
+        '<ifm|tool_calls><ifm|tool_call>find_flights{"origin": "LHR", "seats": 2}'
+        "</ifm|tool_call></ifm|tool_calls>",
+        LHR,
+        id="k2-horizon",
+    ),
+    pytest.param(
+        '<|action_start|><|plugin|>\n{"name": "find_flights", "parameters": {"origin": "LHR", '
+        '"seats": 2}}<|action_end|>',
+        LHR,
+        id="internlm",
+    ),
+    pytest.param(
+        '<longcat_tool_call>\n{"name": "find_flights", "arguments": {"origin": "LHR", '
+        '"seats": 2}}\n</longcat_tool_call>',
+        LHR,
+        id="longcat",
+    ),
+    pytest.param(
+        'Один момент.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "find_flights", '
+        '"arguments": {"origin": "LHR", "seats": 2}}',
+        LHR,
+        id="gigachat-role-sep",
+    ),
+    pytest.param(
+        '<|tool_calls_section_begin|>[{"name": "find_flights", "arguments": {"origin": "LHR", '
+        '"seats": 2}}]<|tool_calls_section_end|>',
+        LHR,
+        id="kimi-json-list-in-section",
+    ),
 ]
 
 

@@ -236,3 +236,51 @@ def test_a_key_written_twice_is_not_repaired() -> None:
 def test_missing_required_key() -> None:
     text = '<minimax:tool_call><invoke name="plan_route"></invoke></minimax:tool_call>'
     assert calls(text) is None
+
+
+def test_seed_and_dots() -> None:
+    seed = (
+        "<seed:tool_call>\n<function=plan_route>\n<parameter=start>Leeds</parameter>\n"
+        "<parameter=stops>3</parameter>\n<parameter=avoid_tolls>true</parameter>\n</function>\n"
+        "</seed:tool_call>"
+    )
+    assert calls(seed) == TYPED
+    invoke = (
+        '<invoke name="plan_route"><parameter name="start">Leeds</parameter>'
+        '<parameter name="stops">3</parameter><parameter name="avoid_tolls">true</parameter>'
+        "</invoke>"
+    )
+    assert calls(f"<dots_function_call>{invoke}</dots_function_call>") == TYPED
+    as_json = (
+        '<dots_function_call>{"name": "plan_route", "arguments": {"start": "Leeds", "stops": 3, '
+        '"avoid_tolls": true}}</dots_function_call>'
+    )
+    assert calls(as_json) == TYPED
+
+
+def test_minimax_m3() -> None:
+    p = "]<]minimax[>["
+    text = (
+        f'Sure.{p}<tool_call>\n{p}<invoke name="plan_route">\n{p}<start>Leeds{p}</start>\n'
+        f"{p}<stops>3{p}</stops>\n{p}<avoid_tolls>true{p}</avoid_tolls>\n{p}</invoke>\n"
+        f"{p}</tool_call>"
+    )
+    assert calls(text) == TYPED
+    assert calls(text.replace(f"{p}</stops>", "")) is None
+
+
+def test_kimi_k3_types_by_attribute_then_schema() -> None:
+    def arg(key: str, kind: str, value: str) -> str:
+        return f'<|open|>argument key="{key}" type="{kind}"<|sep|>{value}<|close|>argument<|sep|>'
+
+    text = (
+        '<|open|>tools<|sep|><|open|>call tool="plan_route" index="1"<|sep|>'
+        + arg("start", "string", "Leeds")
+        + arg("stops", "integer", "3")
+        + arg("avoid_tolls", "boolean", "true")
+        + "<|close|>call<|sep|><|close|>tools<|sep|>"
+    )
+    assert calls(text) == TYPED
+    # type="string" keeps the text, which the integer schema then refuses.
+    assert calls(text.replace('"stops" type="integer"', '"stops" type="string"')) is None
+    assert calls(text.replace("<|close|>tools<|sep|>", "")) is None
