@@ -226,6 +226,8 @@ class Decision:
             if finding is None or ex.policy.mode is Mode.OBSERVE:  # this stream reached the client
                 ex.outcome.saw(stream.anomalies, attempt)
             if finding is None:
+                if attempt == 2:  # also a retry that continued the client's stream
+                    ex.outcome.act(Action.RETRIED)
                 return
             self._note(ex, finding, attempt, self.wire.stream_usage(stream))
             if ex.policy.mode is Mode.OBSERVE:

@@ -36,6 +36,7 @@ class Raw:
     headers: dict[str, str] = field(default_factory=dict)
     chunks: list[bytes] = field(default_factory=list)
     delay: float = 0.0
+    pauses: tuple[float, ...] = ()  # before each chunk, in place of `delay` (when given)
 
 
 Script = Callable[[dict[str, Any]], "Turn | Raw | Awaitable[Turn | Raw]"]
@@ -260,9 +261,10 @@ class ScriptedUpstream:
         response = web.StreamResponse(status=raw.status, headers=raw.headers)
         await response.prepare(request)
         try:
-            for piece in raw.chunks:
-                if raw.delay:
-                    await asyncio.sleep(raw.delay)
+            for n, piece in enumerate(raw.chunks):
+                pause = raw.pauses[n] if n < len(raw.pauses) else raw.delay
+                if pause:
+                    await asyncio.sleep(pause)
                 await response.write(piece)
             await response.write_eof()
         except ConnectionResetError:  # the client hung up (spillguard stops reading a leak)
