@@ -73,32 +73,32 @@ def rows_for(
     def text(value: str | None) -> str | None:
         return None if value is None else clean(storable(value))
 
-    def row(kind: str, found: Leak | Irregularity, family: str, excerpt: str) -> Incident:
+    def row(found: Leak | Irregularity) -> Incident:
+        # An anomaly has no text: the structured call itself is the evidence.
         leak = found if isinstance(found, Leak) else None
-        usage = leak.usage if leak is not None else None
+        excerpt = leak.excerpt if leak else ""
+        usage = leak.usage if leak else None
         return Incident(
             time=when,
             request_id=clean(storable(outcome.request_id)),
             route=outcome.route,
             mode=outcome.mode,
             model=text(outcome.model),
-            family=family,
+            family=leak.family if leak else "",
             tool_name=text(found.tool_name),
             action=str(outcome.action),
             attempt=found.attempt,
             excerpt=clean(storable(excerpt[:excerpt_limit])),
             excerpt_chars=len(excerpt),
-            kind=kind,
-            input_tokens=usage.input_tokens if usage is not None else None,
-            output_tokens=usage.output_tokens if usage is not None else None,
-            repaired_calls=text(leak.repaired) if leak is not None else None,
+            kind=found.kind if isinstance(found, Irregularity) else LEAK,
+            input_tokens=usage.input_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            repaired_calls=text(leak.repaired) if leak else None,
             upstream=text(outcome.upstream),
             uid=uuid.uuid4().hex,
         )
 
-    # An anomaly has no text: the structured call itself is the evidence.
-    rows = [row(odd.kind, odd, "", "") for odd in outcome.anomalies]
-    return rows + [row(LEAK, found, found.family, found.excerpt) for found in outcome.findings]
+    return [*map(row, outcome.anomalies), *map(row, outcome.findings)]
 
 
 class Throttle:
