@@ -2,7 +2,8 @@
 
 The handlers themselves live in `handlers.py`. A wire format is served by adding it to `WIRES`.
 With an Anthropic upstream configured, each wire has a second decision there, for the requests
-that speak Anthropic (`context.py`).
+that speak Anthropic (`context.py`). The inspected routes are served by `lean.Lean` ahead of
+FastAPI (which keeps them too, and serves everything else); `limits.Limits` is in front of both.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from functools import partial
 
 from fastapi import FastAPI, Request, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import chat, handlers, messages, responses
 from .context import Context, error_body_for
 from .errors import SpillguardError
+from .lean import Endpoint, Lean
 from .limits import Limits
 from .logs import setup_logging
 from .observe import Observer
@@ -33,7 +36,20 @@ WIRES: tuple[Wire, ...] = (chat.WIRE, responses.WIRE, messages.WIRE)
 PROXY_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
-def create_app(settings: Settings) -> FastAPI:
+class App:
+    """The application uvicorn runs: `Limits`, then the lean routes, then FastAPI (`fastapi`,
+    for the service routes and everything relayed)."""
+
+    def __init__(self, fastapi: FastAPI, lean: dict[str, Endpoint], ctx: Context) -> None:
+        self.fastapi = fastapi
+        self.lean = Lean(fastapi, lean)
+        self.app: ASGIApp = Limits(self.lean, settings=ctx.settings, observer=ctx.observer)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def create_app(settings: Settings) -> App:
     upstream = Upstream(settings)
     base = settings.anthropic_upstream
     anthropic = Upstream(settings, f"{base}/v1") if base is not None else None
@@ -61,7 +77,6 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.upstream = upstream
     app.state.anthropic_upstream = anthropic
-    app.add_middleware(Limits, settings=settings, observer=ctx.observer)
 
     @app.exception_handler(SpillguardError)
     async def _spillguard_error(request: Request, error: SpillguardError) -> Response:
@@ -73,14 +88,16 @@ def create_app(settings: Settings) -> FastAPI:
     routes.append(_get("/healthz", partial(handlers.healthz, ctx)))
     routes.append(_get("/readyz", partial(handlers.readyz, ctx)))
     routes.append(_get("/metrics", partial(handlers.metrics, ctx)))
+    lean: dict[str, Endpoint] = {}  # request path -> its inspected route's endpoint
     for wire in WIRES:
         plain = Decision(settings, upstream, wire)
         routed = Decision(settings, anthropic, wire) if anthropic is not None else plain
         inspect = partial(handlers.inspected, ctx, plain, routed)
+        lean[f"/v1/{wire.path}"] = inspect
         routes.append(Route(f"/v1/{wire.path}", inspect, methods=["POST"]))
     passthrough = partial(handlers.passthrough, ctx)
     routes.append(Route("/v1/{rest:path}", passthrough, methods=PROXY_METHODS))
-    return app
+    return App(app, lean, ctx)
 
 
 def _shown(upstream: Upstream) -> str:
@@ -95,6 +112,6 @@ def _get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route
     return route
 
 
-def app_from_env() -> FastAPI:
+def app_from_env() -> App:
     """The factory uvicorn calls in each worker; settings come from SPILLGUARD_* variables."""
     return create_app(Settings())

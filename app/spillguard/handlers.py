@@ -18,6 +18,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
 
 from .context import READY_FOR, Context, ErrorBody, error_body_for, response_ids
 from .detect import declared_tools
@@ -28,6 +29,7 @@ from .proxy import Decision, Exchange, Head, action_headers, error_headers, open
 from .upstream import Upstream, end_to_end
 
 T = TypeVar("T")
+WATCH_AFTER = 0.05  # seconds before a handler waiting on the upstream watches its client
 
 
 # ---- the service routes ----------------------------------------------------------------------
@@ -71,7 +73,7 @@ async def _inspect(
 ) -> Response:
     s = ctx.settings
     body = await read_body(request, s.max_body, s.read_timeout)
-    url = decision.upstream.url(decision.wire.path, request.url.query)
+    url = decision.upstream.url(decision.wire.path, _query(request))
     obj = _parse(body)
     tools = declared_tools(obj)
     headers = ctx.upstream_headers(request, outcome)
@@ -150,7 +152,7 @@ async def _pass(ctx: Context, request: Request, outcome: Outcome) -> Response:
     s = ctx.settings
     raw_rest = request.scope.get("raw_path", b"").decode("latin-1").split("/v1/", 1)[-1]
     upstream = ctx.upstream_for(request)
-    url = upstream.url(raw_rest, request.url.query)
+    url = upstream.url(raw_rest, _query(request))
     headers = ctx.upstream_headers(request, outcome)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > s.max_body:
@@ -229,10 +231,15 @@ async def _handled(
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await `work`, cancelling it if the client disconnects first (Starlette does not cancel a
-    handler when its client leaves). Call only after the request body has been read."""
+    handler when its client leaves). Call only after the request body has been read.
+
+    The client is watched from `WATCH_AFTER` seconds on: a reply that comes sooner costs no
+    watcher task, and a client that left before then is seen as gone at that moment."""
     task = asyncio.current_task()
     assert task is not None
+    loop = asyncio.get_running_loop()
     gone = False
+    watcher: asyncio.Task[None] | None = None
 
     async def watch() -> None:
         nonlocal gone
@@ -241,7 +248,11 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
         gone = True
         task.cancel()
 
-    watcher = asyncio.ensure_future(watch())
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(watch())
+
+    timer = loop.call_later(WATCH_AFTER, start_watching)
     try:
         return await work
     except asyncio.CancelledError:
@@ -249,7 +260,9 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
             raise ClientGone() from None
         raise
     finally:
-        watcher.cancel()
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
 
 
 async def read_body(request: Request, limit: int, timeout: float) -> bytes:
@@ -260,18 +273,24 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     parts, size = [], 0
     try:
         async with asyncio.timeout(timeout):  # a client that stops sending holds no slot
-            async for part in request.stream():
+            while True:
+                message = await request.receive()
+                if message["type"] != "http.request":  # the client left
+                    raise ClientDisconnect()
+                part = message.get("body", b"")
                 size += len(part)
                 if size > limit:
                     raise ClientError(
                         413, "REQUEST_TOO_LARGE", f"Request body exceeds {limit} bytes"
                     )
                 parts.append(part)
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
         raise ClientError(
             408, "REQUEST_TIMEOUT", "The request body did not arrive in time"
         ) from None
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def error_response(
@@ -289,6 +308,11 @@ def respond(response: Response, headers: dict[str, str]) -> Response:
         values = value.split("\n") if name == "set-cookie" else [value]
         raw.extend((name.encode("latin-1"), v.encode("latin-1")) for v in values)
     return response
+
+
+def _query(request: Request) -> str:
+    """The request's query string, as `request.url.query` has it (without building the URL)."""
+    return cast(bytes, request.scope.get("query_string", b"")).decode("latin-1")
 
 
 def _parse(body: bytes) -> Any:

@@ -75,6 +75,10 @@ def setup_logging(settings: Settings) -> None:
     handler.setFormatter(JsonFormatter(redact) if json_mode else ConsoleFormatter(redact))
     log.handlers[:] = [handler]
     log.setLevel(settings.log_level)
+    # No formatter here reads where a line was logged from, or its thread or process: a record
+    # need not look them up (the logging module's documented optimisations).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     log.propagate = False
     if json_mode:
         for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):

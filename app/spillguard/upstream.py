@@ -8,6 +8,7 @@ identity encoding and decode gzip or deflate themselves if the upstream compress
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -122,40 +123,72 @@ class Reply:
         enc = self.headers.get("content-encoding", "identity").strip().lower()
         return enc in ("", "identity") or self.decoded
 
+    def _timeout(self, exc: BaseException) -> UpstreamTimeout:
+        """aiohttp's own timeouts end every wait: the total deadline, or a read-idle one."""
+        if asyncio.get_running_loop().time() >= self._deadline:
+            return UpstreamTimeout("Upstream exceeded the total deadline")
+        return UpstreamTimeout("Upstream stopped sending")
+
+    def _decoded(self, data: bytes) -> bytes | None:
+        """Bytes read, as the body's next piece (decoded, when spillguard decodes); b"" only at
+        the end; None for a piece that decodes to nothing yet (a gzip header)."""
+        if self._zlib is None:
+            return data
+        try:
+            if not data:
+                if not self._zlib.eof:
+                    raise UpstreamUnavailable("Upstream's compressed body was cut short")
+                return self._zlib.flush()
+            return self._zlib.decompress(data) or None
+        except zlib.error as exc:
+            raise UpstreamUnavailable("Upstream sent a corrupt compressed body") from exc
+
+    def _buffered(self) -> bytes | None:
+        """The next piece if it is already here (or the end), without waiting; else None."""
+        content = self._resp.content
+        try:
+            data = content.read_nowait()
+        except TimeoutError as exc:
+            raise self._timeout(exc) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            kind = type(exc).__name__
+            raise UpstreamUnavailable(f"Upstream connection failed: {kind}") from exc
+        if data or content.is_eof():
+            return self._decoded(data)
+        return None
+
     async def _read_raw(self) -> bytes:
-        """The next bytes of the body (decoded, when spillguard decodes); b"" only at the end."""
+        """The next bytes of the body (decoded, when spillguard decodes); b"" only at the end.
+        aiohttp's total timeout (`Upstream.start`) holds every wait to the deadline."""
         while True:
             try:
                 data = await self._resp.content.readany()
             except TimeoutError as exc:
-                raise UpstreamTimeout("Upstream stopped sending") from exc
+                raise self._timeout(exc) from exc
             except (aiohttp.ClientError, OSError) as exc:
                 kind = type(exc).__name__
                 raise UpstreamUnavailable(f"Upstream connection failed: {kind}") from exc
-            if self._zlib is None:
-                return data
-            try:
-                if not data:
-                    if not self._zlib.eof:
-                        raise UpstreamUnavailable("Upstream's compressed body was cut short")
-                    return self._zlib.flush()
-                decoded = self._zlib.decompress(data)
-            except zlib.error as exc:
-                raise UpstreamUnavailable("Upstream sent a corrupt compressed body") from exc
-            if decoded:  # a piece that decodes to nothing yet (a gzip header) is not the end
+            decoded = self._decoded(data)
+            if decoded is not None:
                 return decoded
 
     async def chunk(self) -> bytes:
         """The next piece of the body; b"" at the end. The total deadline applies."""
         since = time.perf_counter()
         try:
-            return await self._chunk()
+            if self._pending is not None:
+                return await self._wait_chunk(None) or b""
+            return await self._read_raw()
         finally:
             self._on_wait(time.perf_counter() - since)
 
     async def wait_chunk(self, wait: float | None) -> bytes | None:
         """Like `chunk`, but give up waiting after `wait` seconds and return None; the read
         goes on and the next call picks it up."""
+        if self._pending is None:  # a piece already here costs no wait, and no task
+            data = self._buffered()
+            if data is not None:
+                return data
         since = time.perf_counter()
         try:
             return await self._wait_chunk(wait)
@@ -163,21 +196,18 @@ class Reply:
             self._on_wait(time.perf_counter() - since)
 
     async def read(self, limit: int) -> bytes:
-        """The whole body, under one total deadline (not one per read)."""
+        """The whole body, under the total deadline (aiohttp's, not one timer per read)."""
         since = time.perf_counter()
+        parts, size = [], 0
         try:
-            return await self._read(limit)
+            while data := await self._read_raw():
+                size += len(data)
+                if size > limit:
+                    raise ReplyTooLarge(f"Upstream reply exceeded {limit} bytes")
+                parts.append(data)
         finally:
             self._on_wait(time.perf_counter() - since)
-
-    async def _chunk(self) -> bytes:
-        if self._pending is not None:
-            return await self._wait_chunk(None) or b""
-        try:
-            async with asyncio.timeout_at(self._deadline):
-                return await self._read_raw()
-        except TimeoutError as exc:
-            raise UpstreamTimeout("Upstream exceeded the total deadline") from exc
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def _wait_chunk(self, wait: float | None) -> bytes | None:
         if self._pending is None:
@@ -198,19 +228,6 @@ class Reply:
     async def iter_raw(self) -> AsyncIterator[bytes]:
         while data := await self.chunk():
             yield data
-
-    async def _read(self, limit: int) -> bytes:
-        parts, size = [], 0
-        try:
-            async with asyncio.timeout_at(self._deadline):
-                while data := await self._read_raw():
-                    size += len(data)
-                    if size > limit:
-                        raise ReplyTooLarge(f"Upstream reply exceeded {limit} bytes")
-                    parts.append(data)
-        except TimeoutError as exc:
-            raise UpstreamTimeout("Upstream exceeded the total deadline") from exc
-        return b"".join(parts)
 
     def close(self) -> None:
         if self._pending is not None:
@@ -245,8 +262,13 @@ class Upstream:
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
             auto_decompress=False,
+            # The total deadline covers the whole exchange, the body's reads included (aiohttp
+            # cancels the timer when the connection is released); never rounded up.
             timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=s.connect_timeout, sock_read=s.read_timeout
+                total=s.total_timeout,
+                sock_connect=s.connect_timeout,
+                sock_read=s.read_timeout,
+                ceil_threshold=math.inf,
             ),
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
         )
@@ -278,17 +300,14 @@ class Upstream:
         """Send a request and return once the response headers are in. `on_wait` is told how
         long that took, and then every wait for the body."""
         assert self._session is not None, "Upstream.start() was not called"
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.total_timeout
-        send = CIMultiDict(headers)
+        deadline = asyncio.get_running_loop().time() + self.settings.total_timeout
         if decode:
-            send["Accept-Encoding"] = "identity"
+            headers = _identity(headers)
         since = time.perf_counter()
         try:
-            async with asyncio.timeout_at(deadline):
-                resp = await self._session.request(
-                    method, url, headers=send, data=body, allow_redirects=False
-                )
+            resp = await self._session.request(
+                method, url, headers=headers, data=body, allow_redirects=False
+            )
         except TimeoutError as exc:  # aiohttp's own timeouts are TimeoutError too
             raise UpstreamTimeout("Upstream did not answer in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
@@ -296,3 +315,10 @@ class Upstream:
         finally:
             on_wait(time.perf_counter() - since)
         return Reply(resp, deadline, decode, on_wait)
+
+
+def _identity(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """`headers` asking for an identity encoding (aiohttp copies them once more anyway)."""
+    send = CIMultiDict(headers)
+    send["Accept-Encoding"] = "identity"
+    return send
