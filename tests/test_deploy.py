@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Iterator
 from fnmatch import fnmatch
 from importlib.resources import files
@@ -109,6 +110,42 @@ def settings_from_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> S
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return Settings()
+
+
+def mounted_config(
+    pod: dict[str, Any], container: dict[str, Any], docs: list[dict[str, Any]]
+) -> tuple[str, str]:
+    """The config file a container reads (SPILLGUARD_CONFIG): its path, and its text from the
+    ConfigMap mounted there, read-only."""
+    path = _env(container)["SPILLGUARD_CONFIG"]["value"]
+    directory, name = os.path.split(path)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == directory]
+    assert mount.get("readOnly") is True, "the config file's mount is writable"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    wanted = volume["configMap"]["name"]
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == wanted]
+    return path, configmap["data"][name]
+
+
+def check_config_file(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    text: str,
+    env: dict[str, str],
+    secret_env: set[str],
+) -> Settings:
+    """The file as spillguard reads it beside `env` (the container's variables, placeholders
+    for secrets): valid; every key it injects read from a variable that comes from a Secret;
+    none of its keys overridden by the pod's or the image's variables (they would be ignored)."""
+    path = tmp_path / "spillguard.toml"
+    path.write_text(text, encoding="utf-8")
+    keys = set(tomllib.loads(text))
+    overridden = {f"SPILLGUARD_{k.upper()}" for k in keys} & (set(env) | set(image_env()))
+    assert not overridden, f"the file sets what the environment overrides: {overridden}"
+    settings = settings_from_env(monkeypatch, env | {"SPILLGUARD_CONFIG": str(path)})
+    for name, entry in settings.upstreams.items():
+        assert entry.api_key_env in secret_env, f"{name}'s key is not from a Secret"
+    return settings
 
 
 def test_every_manifest_parses() -> None:
@@ -259,11 +296,35 @@ def test_keys_come_from_the_example_secret_as_placeholders() -> None:
             assert value.startswith("REPLACE_WITH_"), f"{key}: not a placeholder"
 
 
-def test_kubernetes_settings_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kubernetes_settings_are_valid(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     env = {k: v.get("value", "placeholder") for k, v in _env(_sidecar()).items()}
-    settings = settings_from_env(monkeypatch, env)
+    secret_env = {k for k, v in _env(_sidecar()).items() if "valueFrom" in v}
+    _, text = mounted_config(_pod(), _sidecar(), [d for _, d in sidecar_docs()])
+    settings = check_config_file(monkeypatch, tmp_path, text, env, secret_env)
     assert settings.host == "0.0.0.0"
     assert settings.upstream_key is not None
+    assert settings.upstreams and settings.rules, "the example shows named upstreams and rules"
+
+
+def test_the_app_calls_each_upstream_at_its_prefix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    env = {k: v.get("value", "placeholder") for k, v in _env(_sidecar()).items()}
+    secret_env = {k for k, v in _env(_sidecar()).items() if "valueFrom" in v}
+    _, text = mounted_config(_pod(), _sidecar(), [d for _, d in sidecar_docs()])
+    settings = check_config_file(monkeypatch, tmp_path, text, env, secret_env)
+    port = settings.port
+    served = {f"http://127.0.0.1:{port}/v1"} | {
+        f"http://127.0.0.1:{port}/{name}/v1" for name in settings.upstreams
+    }
+    apps = [c for c in _pod()["containers"] if c is not _sidecar()]
+    given = {
+        e["value"]
+        for c in apps
+        for e in c.get("env", [])
+        if e.get("value", "").startswith(f"http://127.0.0.1:{port}/")
+    }
+    assert given == served, "the app is given a prefix spillguard does not serve, or misses one"
 
 
 def test_service_and_prometheus_annotations_match_the_pod() -> None:

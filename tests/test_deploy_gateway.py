@@ -1,17 +1,19 @@
 """The gateway deployment (deploy/kubernetes/gateway/) and compose's PostgreSQL profile. Every
 manifest is validated against the Kubernetes schemas in tests/test_deploy.py; these are the
 rules the schemas cannot see: the pieces select the same pods, ports and names agree, the HPA
-and the PDB leave room to drain, the settings come from the ConfigMap and the secrets from the
-Secret, the network policy lets exactly the gateway's traffic through."""
+and the PDB leave room to drain, the settings come from the config file in the ConfigMap and
+the secrets from the Secret, the network policy lets exactly the gateway's traffic through."""
 
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spillguard.incident_store import is_postgres
+from spillguard.settings import Settings
 from tests.test_deploy import (
     DEPLOY,
     K8S,
@@ -20,9 +22,11 @@ from tests.test_deploy import (
     _compose_schema,
     _duration,
     _validator,
+    check_config_file,
     check_security_context,
     env_file,
     k8s_docs,
+    mounted_config,
     quantity,
     settings_from_env,
 )
@@ -63,19 +67,27 @@ def port(ref: int | str) -> int:
 
 
 def env() -> dict[str, str]:
-    """The container's environment as the pod gets it: the ConfigMap, then the Secret's keys
+    """The container's environment as the pod gets it: its values, then the Secret's keys
     (their placeholders, the database URL a real one's shape)."""
-    c, found = container(), docs()
-    [source] = c["envFrom"]
-    assert source["configMapRef"]["name"] == found["ConfigMap"]["metadata"]["name"]
-    out: dict[str, str] = dict(found["ConfigMap"]["data"])
-    secret = found["Secret"]
+    c, secret = container(), docs()["Secret"]
+    assert "envFrom" not in c, "settings come from the config file, secrets from the Secret"
+    out: dict[str, str] = {}
     for item in c["env"]:
+        if "value" in item:
+            out[item["name"]] = item["value"]
+            continue
         ref = item["valueFrom"]["secretKeyRef"]
         assert ref["name"] == secret["metadata"]["name"]
         value = secret["stringData"][ref["key"]]
         out[item["name"]] = DB_URL if item["name"] == "SPILLGUARD_INCIDENTS_DB" else value
     return out
+
+
+def settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
+    """What a replica runs with: the ConfigMap's file beside its environment."""
+    _, text = mounted_config(pod(), container(), list(docs().values()))
+    secret_env = {i["name"] for i in container()["env"] if "valueFrom" in i}
+    return check_config_file(monkeypatch, tmp_path, text, env(), secret_env)
 
 
 def test_the_gateway_has_every_piece() -> None:
@@ -108,25 +120,34 @@ def test_every_piece_selects_the_gateways_pods() -> None:
 
 
 def test_settings_come_from_the_configmap_and_secrets_from_the_secret(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    data = docs()["ConfigMap"]["data"]
-    assert set(data) <= SETTINGS_ENV
-    assert not {
-        "SPILLGUARD_UPSTREAM_KEY",
-        "SPILLGUARD_PROXY_KEYS",
-        "SPILLGUARD_INCIDENTS_DB",
-    } & set(data), "a secret in the ConfigMap"
+    assert set(docs()["ConfigMap"]["data"]) == {"spillguard.toml"}
+    secrets = {"SPILLGUARD_UPSTREAM_KEY", "SPILLGUARD_PROXY_KEYS", "SPILLGUARD_INCIDENTS_DB"}
     for item in container()["env"]:
-        assert "value" not in item, f"{item['name']} given in clear"
+        assert item["name"] in SETTINGS_ENV or "valueFrom" in item, item["name"]
+        if item["name"] in secrets or item["name"].endswith("_KEY"):
+            assert "value" not in item, f"{item['name']} given in clear"
     for key, value in docs()["Secret"]["stringData"].items():
         assert value.startswith("REPLACE_WITH_"), f"{key}: not a placeholder"
-    settings = settings_from_env(monkeypatch, env())
-    assert is_postgres(settings.incidents_db), "the replicas must share one store"
-    assert settings.upstream_key is not None and settings.proxy_keys
-    assert settings.host == "0.0.0.0" and settings.port == port("http")
-    assert settings.workers == 1, "the HPA scales pods; workers would hide load from it"
-    assert settings.incident_retention and settings.incident_max_rows
+    s = settings(monkeypatch, tmp_path)
+    assert is_postgres(s.incidents_db), "the replicas must share one store"
+    assert s.upstream_key is not None and s.proxy_keys
+    assert s.host == "0.0.0.0" and s.port == port("http")
+    assert s.workers == 1, "the HPA scales pods; workers would hide load from it"
+    assert s.incident_retention and s.incident_max_rows
+    assert "xai" in s.upstreams and s.upstreams["xai"].key is not None
+    assert [r.model for r in s.rules] == ["grok-*"]
+
+
+def test_the_configmaps_file_is_what_spillguard_reads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from_env = settings_from_env(
+        monkeypatch, {k: v for k, v in env().items() if k != "SPILLGUARD_CONFIG"}
+    )
+    from_file = settings(monkeypatch, tmp_path)
+    assert from_file.max_concurrency == 256 != from_env.max_concurrency  # from the file
 
 
 def test_replicas_scale_and_drain_safely() -> None:
@@ -150,24 +171,29 @@ def test_replicas_scale_and_drain_safely() -> None:
         assert quantity(res["requests"][kind]) <= quantity(res["limits"][kind])
 
 
-def test_probes_grace_and_the_pause_before_stopping() -> None:
+def test_probes_grace_and_the_pause_before_stopping(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     c = container()
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert c[probe]["httpGet"]["path"] == path
         assert port(c[probe]["httpGet"]["port"]) == int(env()["SPILLGUARD_PORT"])
     pause = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pause[0] == "sleep"
-    grace = float(env()["SPILLGUARD_GRACEFUL_TIMEOUT"])
+    grace = settings(monkeypatch, tmp_path).graceful_timeout
     assert pod()["terminationGracePeriodSeconds"] > float(pause[1]) + grace
     assert pod()["enableServiceLinks"] is False
 
 
 def test_security_context_and_a_writable_tmp_only() -> None:
     check_security_context(pod(), container())
-    mounts = {m["mountPath"]: m["name"] for m in container()["volumeMounts"]}
-    assert set(mounts) == {"/tmp"}, "the incident record is in PostgreSQL: nothing else to write"
-    [volume] = pod()["volumes"]
-    assert volume["name"] == mounts["/tmp"] and "emptyDir" in volume
+    mounts = container()["volumeMounts"]
+    writable = {m["mountPath"]: m["name"] for m in mounts if not m.get("readOnly")}
+    assert set(writable) == {"/tmp"}, "the incident record is in PostgreSQL: nothing else to write"
+    volumes = {v["name"]: v for v in pod()["volumes"]}
+    assert set(volumes) == {m["name"] for m in mounts}
+    assert "emptyDir" in volumes[writable["/tmp"]]
+    assert all("configMap" in v for name, v in volumes.items() if name != writable["/tmp"])
 
 
 def test_the_service_and_the_scrape_annotations() -> None:

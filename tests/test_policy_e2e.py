@@ -59,7 +59,7 @@ async def test_the_openai_sdk_raises_bad_request(harness: Any) -> None:
         await client.chat.completions.create(
             model="m",
             messages=[{"role": "user", "content": "hi"}],
-            tools=TOOLS,  # type: ignore[arg-type]
+            tools=TOOLS,
         )
     assert caught.value.code == "INVALID_MODE_HEADER"
 
