@@ -97,7 +97,7 @@ def spliced(stream: Stream) -> Spliced | None:
     """A spliced stream whose retry completed cleanly, as the `IdMap` keeps it."""
     if not isinstance(stream, ResponsesStream) or stream.splice is None or stream.certain:
         return None
-    return stream.splice.record(stream.identity)
+    return stream.splice.record(stream.sent.identity)
 
 
 def _reference(item: Any) -> str | None:
@@ -159,7 +159,7 @@ def chain_request(
 def error_event(error: SpillguardError, stream: Stream | None) -> bytes:
     """A Responses `error` event; the nested `error` object makes the openai SDK raise
     APIError with the code, from `responses.create(stream=True)` and `responses.stream`."""
-    seq = stream.seq + 1 if isinstance(stream, ResponsesStream) else 0
+    seq = stream.sent.seq + 1 if isinstance(stream, ResponsesStream) else 0
     body = error.body()["error"]
     data = {
         "type": "error",

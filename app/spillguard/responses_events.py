@@ -4,16 +4,19 @@ splice (`responses_splice.py`): events on their way out, and the text parts bein
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .detect import Finding, Scanner, TurnScanner
-from .sse import Event
+from .sse import Event, Out, encode_event
 
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
 # An event on its way out: (data, the upstream's event when unchanged, synthesized here).
 Pending = tuple[dict[str, Any], Event | None, bool]
 Key = tuple[int, int]  # (output_index, content_index or summary_index)
+# A splice's placing of an event (its own copy) under the response's identity.
+Place = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 
 def dumps(obj: Any) -> str:
@@ -79,6 +82,51 @@ class Text:
             data["logprobs"] = []
         data["delta"] = delta
         return (data, None, True)
+
+
+@dataclass
+class Sent:
+    """What the client has been sent: the items it saw added and done (by output index), the
+    last sequence number, and the identity (id, created_at) of the response it saw."""
+
+    opened: dict[int, dict[str, Any]] = field(default_factory=dict)
+    closed: dict[int, dict[str, Any]] = field(default_factory=dict)
+    seq: int = -1
+    identity: dict[str, Any] = field(default_factory=dict)
+    renumber: bool = False  # once set, every event gets the next number
+
+    @property
+    def next_index(self) -> int:
+        return max((k + 1 for k in self.opened), default=0)
+
+    def send(
+        self, data: dict[str, Any], event: Event | None, synthesized: bool, place: Place | None
+    ) -> Out:
+        """Number an event as it goes out: the upstream's own bytes while nothing here has
+        been inserted, else re-serialized with the next number (and, in a splice, `place`d
+        after the first attempt's items under the first response's identity)."""
+        kind = data.get("type")
+        oi = index_of(data, "output_index")
+        if kind == "response.output_item.added" and isinstance(data.get("item"), dict):
+            self.opened[oi] = data["item"]
+        elif kind == "response.output_item.done" and isinstance(data.get("item"), dict):
+            self.closed[oi] = data["item"]
+        elif kind == "response.created" and isinstance(data.get("response"), dict):
+            response = data["response"]
+            self.identity = {"id": response.get("id"), "created_at": response.get("created_at")}
+        self.renumber |= synthesized
+        seq = data.get("sequence_number")
+        if event is not None and not self.renumber and isinstance(seq, int) and seq > self.seq:
+            self.seq = seq
+            return Out(event.raw, meaningful(data))
+        data = dict(data)
+        if not self.renumber and isinstance(seq, int) and seq > self.seq:
+            self.seq = seq
+        else:
+            self.seq = data["sequence_number"] = self.seq + 1
+        if place is not None:
+            data = place(data, self.identity)
+        return Out(encode_event(str(kind), dumps(data)), meaningful(data))
 
 
 def meaningful(data: dict[str, Any]) -> bool:

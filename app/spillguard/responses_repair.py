@@ -17,7 +17,8 @@ from typing import Any
 
 from .detect import Call, Finding
 from .rawjson import elements, replace_values
-from .responses_events import TERMINAL, dumps, index_of, is_call
+from .responses_events import TERMINAL, Key, Pending, Sent, Text, dumps, index_of, is_call
+from .responses_splice import close_open_items
 
 
 def function_call(call: Call, status: str = "completed") -> dict[str, Any]:
@@ -157,7 +158,7 @@ class Tail:
     terminal event, and whether anything came that a repair cannot carry (another part or item,
     an error)."""
 
-    key: tuple[int, int]
+    key: Key
     terminal: dict[str, Any] | None = None
     other: bool = False
 
@@ -183,3 +184,23 @@ class Tail:
         if isinstance(response.get("output_text"), str):
             response["output_text"] = output_text(output)
         return {**data, "response": response}
+
+    def finish(
+        self,
+        calls: tuple[Call, ...],
+        sent: Sent,
+        parts: dict[Key, Text],
+        summaries: dict[Key, Text],
+    ) -> list[Pending] | None:
+        """The events that finish the client's stream (what it was `sent`, the texts it has
+        of `parts` and `summaries`): its open items closed at that text, one `function_call`
+        item per call after them, then `response.completed`. None when the leaked part did not
+        end its message and the response, or the response did not complete."""
+        if any(key[0] == self.key[0] and key != self.key for key in parts):
+            return None  # the message has other parts
+        pending, carried, _ = close_open_items(sent.opened, sent.closed, parts, summaries)
+        events, items = call_events(calls, sent.next_index)
+        final = self.completed(carried + items)
+        if final is None:
+            return None
+        return [*pending, *((e, None, True) for e in [*events, final])]

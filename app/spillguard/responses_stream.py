@@ -16,16 +16,15 @@ from .responses_events import (
     TERMINAL,
     Key,
     Pending,
+    Sent,
     Text,
-    dumps,
     function_names,
     index_of,
     is_call,
-    meaningful,
 )
-from .responses_repair import Tail, call_events
+from .responses_repair import Tail
 from .responses_splice import Splice, close_open_items
-from .sse import Event, Out, encode_event
+from .sse import Event, Out
 from .usage import Usage, usage_of
 from .wire import Stream
 
@@ -36,27 +35,23 @@ class ResponsesStream:
         self._hold_limit = hold_limit
         self.parts: dict[Key, Text] = {}
         self.summaries: dict[Key, Text] = {}
-        self.opened: dict[int, dict[str, Any]] = {}  # items the client saw added, by index
-        self.closed: dict[int, dict[str, Any]] = {}  # items the client saw done
         self._parked: list[Pending] = []
         self._parked_bytes = 0
         self._called = False
         self._ended = False  # after a finding: the response ended
-        self.seq = -1  # the last sequence number sent
-        self.identity: dict[str, Any] = {}  # id and created_at of the response the client saw
+        self.sent = Sent()  # what the client has been sent
         self.usage: Usage | None = None  # from the terminal event's response
         self.splice: Splice | None = None
         self._closing: list[Out] = []  # what closes the first attempt's items, in a splice
         self._tail: Tail | None = None  # after a content finding: what came, for a repair
         if previous is not None:
+            was = previous.sent
             pending, carried, closed = close_open_items(
-                previous.opened, previous.closed, previous.parts, previous.summaries
+                was.opened, was.closed, previous.parts, previous.summaries
             )
             self._closing = previous._send_all(pending)
-            self.splice = Splice(previous.next_index, carried, closed, previous.leaked_text())
-            self.seq = previous.seq
-            self.identity = previous.identity
-        self._renumber = self.splice is not None  # once set, every event gets the next number
+            self.splice = Splice(was.next_index, carried, closed, previous.leaked_text())
+            self.sent = Sent(seq=was.seq, identity=was.identity, renumber=True)
 
     @property
     def finding(self) -> Finding | None:
@@ -93,12 +88,8 @@ class ResponsesStream:
         return b""  # Responses streams have no [DONE]
 
     @property
-    def next_index(self) -> int:
-        return max((k + 1 for k in self.opened), default=0)
-
-    @property
     def anomalies(self) -> list[Anomaly]:
-        items = {**self.opened, **self.closed}  # by output index, as the client saw them
+        items = {**self.sent.opened, **self.sent.closed}  # by output index, as the client saw them
         return call_anomalies(function_names(items.values()), False, self._tools)
 
     @property
@@ -115,17 +106,11 @@ class ResponsesStream:
         has, a `function_call` item per call, and `response.completed` listing what the client
         received. None when the response cannot carry them (another part or item after the
         leaked one, a response that did not complete)."""
-        leak = self._leak()
-        if leak is None or self.markup is None or self._tail is None:
+        if self.markup is None or self._tail is None:
             return None
-        if any(o == leak.output_index and t is not leak for (o, _), t in self.parts.items()):
-            return None  # the message has other parts: the leak is not its end
-        pending, carried, _ = close_open_items(self.opened, self.closed, self.parts, self.summaries)
-        events, items = call_events(calls, self.next_index)
-        final = self._tail.completed(carried + items)
-        if final is None:
-            return None
-        return self._send_all([*pending, *((e, None, True) for e in [*events, final])])
+        sent = self.sent
+        pending = self._tail.finish(calls, sent, self.parts, self.summaries)
+        return self._send_all(pending) if pending is not None else None
 
     def _leak(self) -> Text | None:
         return next((p for p in self.parts.values() if p.finding is not None), None)
@@ -230,31 +215,8 @@ class ResponsesStream:
         return [self._send(*p) for p in pending]
 
     def _send(self, data: dict[str, Any], event: Event | None, synthesized: bool) -> Out:
-        """Number an event as it goes out: the upstream's own bytes while nothing here has
-        been inserted, else re-serialized with the next number (and, in a splice, placed
-        after the first attempt's items under the first response's identity)."""
-        kind = data.get("type")
-        oi = index_of(data, "output_index")
-        if kind == "response.output_item.added" and isinstance(data.get("item"), dict):
-            self.opened[oi] = data["item"]
-        elif kind == "response.output_item.done" and isinstance(data.get("item"), dict):
-            self.closed[oi] = data["item"]
-        elif kind == "response.created" and isinstance(data.get("response"), dict):
-            response = data["response"]
-            self.identity = {"id": response.get("id"), "created_at": response.get("created_at")}
-        self._renumber |= synthesized
-        seq = data.get("sequence_number")
-        if event is not None and not self._renumber and isinstance(seq, int) and seq > self.seq:
-            self.seq = seq
-            return Out(event.raw, meaningful(data))
-        data = dict(data)
-        if not self._renumber and isinstance(seq, int) and seq > self.seq:
-            self.seq = seq
-        else:
-            self.seq = data["sequence_number"] = self.seq + 1
-        if self.splice is not None:
-            data = self.splice.placed(data, self.identity)
-        return Out(encode_event(str(kind), dumps(data)), meaningful(data))
+        place = self.splice.placed if self.splice is not None else None
+        return self.sent.send(data, event, synthesized, place)
 
     def _text(self, data: dict[str, Any], oi: int, is_part: bool) -> Text:
         """The part (or reasoning summary part) an event belongs to; made on first sight."""
