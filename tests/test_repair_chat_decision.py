@@ -74,6 +74,7 @@ async def test_a_repair_is_recorded_in_the_header_log_metrics_and_incident(
         line = await until_logged(lines)
     assert r.headers["x-spillguard-action"] == "repaired"
     assert r.headers["x-spillguard-family"] == "hermes"
+    assert "x-spillguard-leaked-tokens" not in r.headers  # the client got that attempt
     assert line["outcome"] == "repaired" and line["upstream_calls"] == 1
     assert line["findings"][0]["repaired"] == CALLS
     samples = await eventually(h.url, lambda s: requests(s, "repaired", mode="repair") == 1)
@@ -85,6 +86,15 @@ async def test_a_repair_is_recorded_in_the_header_log_metrics_and_incident(
             "SELECT action, excerpt, repaired_calls FROM incidents"
         ).fetchall()
     assert (action, excerpt, repaired) == ("repaired", HERMES, CALLS)
+
+
+async def test_a_repair_on_the_retry_counts_only_the_first_attempt_as_leaked(harness: Any) -> None:
+    h = await harness(Turn(content=BROKEN), Turn(content=HERMES), mode="repair")
+    async with h.http() as http:
+        r = await http.post("/chat/completions", json=chat_body())
+    assert r.headers["x-spillguard-action"] == "repaired"
+    assert r.headers["x-spillguard-leaked-tokens"] == "15"  # the scripted reply's usage
+    assert h.calls == 2
 
 
 async def test_a_streamed_repair_is_recorded_too(harness: Any) -> None:

@@ -129,9 +129,11 @@ class Outcome:
     @property
     def leaked_usage(self) -> Usage | None:
         """What the upstream billed for every attempt that leaked (the client got none of
-        them); None when there was none, or a reply did not say."""
+        them: a repaired one is not counted); None when there was none, or a reply did not say."""
         total: Usage | None = None
         for leak in self.findings:
+            if leak.repaired is not None:
+                continue
             if leak.usage is None:
                 return None
             total = leak.usage if total is None else total + leak.usage
