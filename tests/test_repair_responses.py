@@ -137,6 +137,10 @@ def test_what_a_whole_reply_cannot_carry_falls_back() -> None:
     assert responses_repair.repair_reply(raw, reply, finding, "other", BOTH[:1]) is None
     # No calls.
     assert responses_repair.repair_reply(raw, reply, finding, PROSE, ()) is None
+    # A response that did not complete (cut by max_output_tokens).
+    cut_short = {**reply, "status": "incomplete"}
+    raw = dumps(cut_short).encode()
+    assert responses_repair.repair_reply(raw, cut_short, finding, PROSE, BOTH[:1]) is None
 
 
 def test_markup_in_reasoning_has_no_markup_to_replace() -> None:

@@ -99,10 +99,13 @@ def repair_reply(
     raw: bytes, reply: Any, finding: Finding, prose: str, calls: tuple[Call, ...]
 ) -> bytes | None:
     """The whole response with `calls` as `function_call` items in place of the leaked markup;
-    None when it cannot carry them (a call item already, a part or item after the leaked one)."""
+    None when it cannot carry them (a call item already, a part or item after the leaked one,
+    a response that did not complete)."""
     output = _output(reply)
     found = _leaking(output, finding)
     if not calls or found is None or any(is_call(item) for item in output):
+        return None
+    if reply.get("status", "completed") != "completed":  # incomplete or failed: not a turn
         return None
     i, j, text = found
     message = output[i]
