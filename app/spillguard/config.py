@@ -210,3 +210,34 @@ def _toml(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+# ---- values the file reads from the environment -----------------------------------------
+
+
+def env_secret(variable: str) -> SecretStr:
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        raise ValueError(f"the environment variable {variable} is not set")
+    return SecretStr(value)
+
+
+def key_entry(entry: dict[str, Any], number: int) -> str:
+    """The key of one `[[proxy_keys]]` table."""
+    where = f"proxy_keys #{number}"
+    unknown = set(entry) - {"key", "key_env", "may_loosen"}
+    if unknown:
+        raise ValueError(f"{where}: {', '.join(sorted(unknown))}: not a key, key_env or may_loosen")
+    if not isinstance(entry.get("may_loosen", False), bool):
+        raise ValueError(f"{where}: may_loosen: true or false")
+    if ("key" in entry) == ("key_env" in entry):
+        raise ValueError(f"{where}: give key or key_env (one of them)")
+    if "key_env" in entry:
+        try:
+            return env_secret(str(entry["key_env"])).get_secret_value()
+        except ValueError as exc:
+            raise ValueError(f"{where}: key_env: {exc}") from None
+    key = entry["key"]
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError(f"{where}: key: a non-empty string")
+    return key.strip()

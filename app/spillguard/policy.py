@@ -16,9 +16,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from .errors import ClientError
-from .settings import Mode, Settings
+
+if TYPE_CHECKING:
+    from .settings import Settings
+
+
+class Mode(StrEnum):
+    RETRY = "retry"
+    FAIL = "fail"
+    OBSERVE = "observe"
+    REPAIR = "repair"  # a readable leak becomes the structured call; anything else retries
+
+
+class ModeHeader(StrEnum):
+    """What `x-spillguard-mode` may do to the mode a request's rules give it."""
+
+    TIGHTEN = "tighten"  # only a mode at least as strict (policy.STRICTNESS)
+    ANY = "any"  # any mode
+
 
 MODE_HEADER = "x-spillguard-mode"
 STRICTNESS = {Mode.OBSERVE: 0, Mode.RETRY: 1, Mode.REPAIR: 1, Mode.FAIL: 2}

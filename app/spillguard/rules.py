@@ -12,11 +12,43 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 from fnmatch import translate
+from typing import TYPE_CHECKING, Annotated, Any
 
-from .policy import Policy
-from .settings import Settings
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .policy import Mode, Policy
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 Matcher = Callable[[str], "re.Match[str] | None"]
+
+
+class Rule(BaseModel):
+    """One `[[rules]]`: for requests whose model matches `model` (a glob, any case) and, when
+    given, that go to `upstream`, the policy fields it sets; the first matching rule wins."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "*"
+    upstream: str | None = None
+    mode: Mode | None = None
+    hold_limit: Annotated[int, Field(ge=1024)] | None = None
+    correction: str | None = None
+    correction_required: str | None = None
+    correction_named: str | None = None
+    correction_none: str | None = None
+
+    @property
+    def sets(self) -> dict[str, Any]:
+        """The policy fields this rule sets."""
+        return {k: v for k, v in self if k not in ("model", "upstream") and v is not None}
+
+    @model_validator(mode="after")
+    def _sets_something(self) -> Rule:
+        if not self.sets:
+            raise ValueError("sets nothing: give mode, hold_limit or a correction")
+        return self
 
 
 class Rules:

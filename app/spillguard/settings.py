@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
@@ -29,7 +28,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from .config import CONFIG_ENV, ConfigFile
+from .config import CONFIG_ENV, ConfigFile, env_secret, key_entry
+from .policy import Mode as Mode  # re-exported: the modes are options
+from .policy import ModeHeader as ModeHeader
+from .rules import Rule
 from .spans import parse_span
 
 PROVIDERS = {
@@ -70,20 +72,6 @@ CORRECTION_NONE = (
 )
 
 
-class Mode(StrEnum):
-    RETRY = "retry"
-    FAIL = "fail"
-    OBSERVE = "observe"
-    REPAIR = "repair"  # a readable leak becomes the structured call; anything else retries
-
-
-class ModeHeader(StrEnum):
-    """What `x-spillguard-mode` may do to the mode a request's rules give it."""
-
-    TIGHTEN = "tighten"  # only a mode at least as strict (policy.STRICTNESS)
-    ANY = "any"  # any mode
-
-
 DEFAULT_UPSTREAM = "default"  # the name of the upstream served at /v1
 # Names a named upstream may not take: its /NAME/v1 would shadow spillguard's own routes.
 RESERVED_NAMES = frozenset({DEFAULT_UPSTREAM, "v1", "healthz", "readyz", "metrics"})
@@ -104,13 +92,6 @@ def resolve_anthropic(value: str | None) -> str | None:
     if not value.startswith(("http://", "https://")):
         raise ValueError("an http(s) URL or one of: " + ", ".join(ANTHROPIC_PROVIDERS))
     return value.rstrip("/")
-
-
-def _env_secret(variable: str) -> SecretStr:
-    value = os.environ.get(variable, "").strip()
-    if not value:
-        raise ValueError(f"the environment variable {variable} is not set")
-    return SecretStr(value)
 
 
 class UpstreamEntry(BaseModel):
@@ -146,36 +127,9 @@ class UpstreamEntry(BaseModel):
     def _read_key(self) -> UpstreamEntry:
         if self.api_key_env is not None:
             try:
-                self._key = _env_secret(self.api_key_env)
+                self._key = env_secret(self.api_key_env)
             except ValueError as exc:
                 raise ValueError(f"api_key_env: {exc}") from None
-        return self
-
-
-class Rule(BaseModel):
-    """One `[[rules]]`: for requests whose model matches `model` (a glob, any case) and, when
-    given, that go to `upstream`, the policy fields it sets; the first matching rule wins."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str = "*"
-    upstream: str | None = None
-    mode: Mode | None = None
-    hold_limit: Annotated[int, Field(ge=1024)] | None = None
-    correction: str | None = None
-    correction_required: str | None = None
-    correction_named: str | None = None
-    correction_none: str | None = None
-
-    @property
-    def sets(self) -> dict[str, Any]:
-        """The policy fields this rule sets."""
-        return {k: v for k, v in self if k not in ("model", "upstream") and v is not None}
-
-    @model_validator(mode="after")
-    def _sets_something(self) -> Rule:
-        if not self.sets:
-            raise ValueError("sets nothing: give mode, hold_limit or a correction")
         return self
 
 
@@ -308,7 +262,7 @@ class Settings(BaseSettings):
             if not isinstance(entry, dict):
                 plain.append(entry)
                 continue
-            key = _key_entry(entry, number)
+            key = key_entry(entry, number)
             plain.append(key)
             if entry.get("may_loosen") is True:
                 loosening.append(key)
@@ -392,24 +346,3 @@ def _split(value: object) -> Any:
     if isinstance(value, str):
         return tuple(k.strip() for k in value.split(",") if k.strip())
     return value
-
-
-def _key_entry(entry: dict[str, Any], number: int) -> str:
-    """The key of one `[[proxy_keys]]` table."""
-    where = f"proxy_keys #{number}"
-    unknown = set(entry) - {"key", "key_env", "may_loosen"}
-    if unknown:
-        raise ValueError(f"{where}: {', '.join(sorted(unknown))}: not a key, key_env or may_loosen")
-    if not isinstance(entry.get("may_loosen", False), bool):
-        raise ValueError(f"{where}: may_loosen: true or false")
-    if ("key" in entry) == ("key_env" in entry):
-        raise ValueError(f"{where}: give key or key_env (one of them)")
-    if "key_env" in entry:
-        try:
-            return _env_secret(str(entry["key_env"])).get_secret_value()
-        except ValueError as exc:
-            raise ValueError(f"{where}: key_env: {exc}") from None
-    key = entry["key"]
-    if not isinstance(key, str) or not key.strip():
-        raise ValueError(f"{where}: key: a non-empty string")
-    return key.strip()
