@@ -117,3 +117,39 @@ async def test_metrics_and_readiness_name_each_upstream(pair: Pair) -> None:
     assert value(scraped, requests, **labels, mode="retry", outcome="retried", upstream="a") == 1
     assert value(scraped, requests, **labels, mode="fail", outcome="failed", upstream="b") == 1
     assert value(scraped, "spillguard_retries_total", route="chat", upstream="a") == 1
+
+
+async def test_a_bad_header_is_refused_without_tools_too(pair: Pair) -> None:
+    async with pair.http() as http:
+        r = await http.post(
+            "/b/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"x-spillguard-mode": "loose"},
+        )
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_MODE_HEADER"
+    assert not pair.b.requests
+
+
+async def test_proxy_keys_guard_every_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SG_TEST_KEY_A", "key-a")
+    up = await ScriptedUpstream(lambda record: FINE).start()
+    settings = Settings(
+        upstream=up.url,
+        port=0,
+        log_level="WARNING",
+        incidents_db="",
+        proxy_keys=("client-key",),
+        upstreams={"a": {"url": up.url, "api_key_env": "SG_TEST_KEY_A"}},
+    )
+    proxy = await start_background(settings)
+    try:
+        async with httpx.AsyncClient(base_url=proxy.url.removesuffix("/v1")) as http:
+            refused = await http.get("/a/v1/models")
+            allowed = await http.get("/a/v1/models", headers={"authorization": "Bearer client-key"})
+    finally:
+        await proxy.stop()
+        await up.stop()
+    assert refused.status_code == 401
+    assert allowed.status_code == 200
+    (sent,) = up.requests
+    assert sent["headers"]["authorization"] == "Bearer key-a"
