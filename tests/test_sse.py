@@ -91,6 +91,14 @@ CASES: dict[str, tuple[bytes, list[Event]]] = {
     ),
     "colon-in-value": (b"data: a: b\n\n", [E(b"data: a: b\n\n", "a: b")]),
     "nul": (b"data: a\x00b\n\n", [E(b"data: a\x00b\n\n", "a\x00b")]),
+    # one data line and a blank line, the common event, in its edge spellings
+    "data-colon-only": (b"data:\n\n", [E(b"data:\n\n", "")]),
+    "data-space-only": (b"data: \n\n", [E(b"data: \n\n", "")]),
+    "one-line-after-named": (
+        b"event: a\ndata: 1\n\ndata: 2\n\nid: 4\ndata: 3\n\ndata: 5\n\n",
+        [E(b"event: a\ndata: 1\n\n", "1", "a"), E(b"data: 2\n\n", "2")]
+        + [E(b"data: 3\n\n", "3"), E(b"data: 5\n\n", "5")],
+    ),
 }
 
 

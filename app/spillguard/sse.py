@@ -48,6 +48,25 @@ class SSEDecoder:
         while True:
             if 0 <= lf < pos:
                 lf = buf.find(b"\n", pos)
+            if (
+                lf >= 0
+                and start == self._event_start
+                and lf + 1 < n
+                and buf[lf + 1] == 0x0A
+                and buf.startswith(b"data:", start)
+                and not self._data
+                and self._name is None
+                and not self._strip
+                and buf.find(b"\r", start, lf) < 0
+            ):
+                # The common event, one data line and a blank one: what `_field` and `_emit`
+                # would make of it, made at once.
+                value = buf[start + (6 if buf[start + 5] == 0x20 else 5) : lf]
+                nxt = lf + 2
+                events.append(Event(bytes(buf[start:nxt]), value.decode("utf-8", "replace")))
+                self._event_start = start = pos = nxt
+                lf = buf.find(b"\n", pos)
+                continue
             cr = buf.find(b"\r", pos, lf if lf >= 0 else n)
             if cr >= 0:
                 if cr + 1 == n:  # a CR at the end may be the first half of a CRLF
