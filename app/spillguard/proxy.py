@@ -22,7 +22,7 @@ from .errors import InternalError, LeakedToolCall, ReplyTooLarge, SpillguardErro
 from .exchange import Exchange, Head, action_headers, error_headers, open_upstream
 from .outcome import Action
 from .relay import Attempt, Relay, passed
-from .repair import repair_calls
+from .repair import may_repair, repair_calls
 from .settings import Mode, Settings
 from .sse import SSEError
 from .start import ResponseStart, Send
@@ -249,7 +249,7 @@ class Decision:
 
     def _repairable(self, ex: Exchange, stream: Stream) -> Repairable | None:
         """The stream, when its leak would be read out for a repair."""
-        return self.wire.repairable(stream) if ex.policy.mode is Mode.REPAIR else None
+        return self.wire.repairable(stream) if may_repair(ex.policy, ex.obj) else None
 
     def _repair_stream(
         self, at: Attempt, stream: Repairable, finding: Finding

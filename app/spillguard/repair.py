@@ -25,19 +25,22 @@ def one_call_only(body: dict[str, Any]) -> bool:
     return disabled or body.get("parallel_tool_calls") is False
 
 
+def may_repair(policy: Policy, body: dict[str, Any]) -> bool:
+    """Whether a finding in the reply to `body` may be repaired at all (before any is read)."""
+    return policy.mode is Mode.REPAIR and tool_choice(body).choice is not Choice.NONE
+
+
 def repair_calls(
     policy: Policy, body: dict[str, Any], tools: ToolSet, finding: Finding, markup: str | None
 ) -> tuple[Call, ...] | None:
     """The calls to answer `finding` with, or None to retry. `markup` is the finding's field
     from its start on (None: there is none to replace); more than the hold limit is not read."""
-    if policy.mode is not Mode.REPAIR or markup is None or len(markup) > policy.hold_limit:
-        return None
-    asked = tool_choice(body)
-    if asked.choice is Choice.NONE:
+    if not may_repair(policy, body) or markup is None or len(markup) > policy.hold_limit:
         return None
     calls = read_calls(markup, finding.family, tools)
     if not calls:
         return None
+    asked = tool_choice(body)
     if asked.choice is Choice.NAMED and any(c.name != asked.name for c in calls):
         return None
     if len(calls) > 1 and one_call_only(body):
