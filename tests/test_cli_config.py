@@ -144,3 +144,16 @@ def test_serve_names_a_missing_key_variable(
         "spillguard: upstreams.grok: api_key_env: the environment variable SG_TEST_XAI_KEY is "
         f"not set ({tmp_path / 'spillguard.toml'})\n"
     )
+
+
+def test_incidents_read_the_database_the_file_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "from-file.sqlite3"
+    monkeypatch.setenv("SPILLGUARD_CONFIG", config_file(tmp_path, f"incidents_db = {str(db)!r}\n"))
+    assert main(["incidents", "stats"]) == 1  # the file's database, which does not exist yet
+    assert capsys.readouterr().err == f"spillguard: no incident database at {db}\n"
+    monkeypatch.setenv("SPILLGUARD_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(SystemExit) as done:
+        main(["incidents"])
+    assert done.value.code == f"spillguard: {tmp_path / 'missing.toml'}: no such file"

@@ -197,6 +197,9 @@ def _incidents_parser(prog: str) -> argparse.ArgumentParser:
 def _default_db() -> str:
     try:
         return Settings().incidents_db
+    except ConfigError as exc:  # the file may name the database: say why it cannot be read
+        lines = [f"spillguard: {line}" for line in str(exc).splitlines()]
+        raise SystemExit("\n".join(lines)) from None
     except ValidationError:  # other settings are broken; this one has a plain default
         default = Settings.model_fields["incidents_db"].default
         return os.environ.get("SPILLGUARD_INCIDENTS_DB", str(default))
