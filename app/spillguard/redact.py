@@ -17,6 +17,7 @@ TOKENS = re.compile(
     r"(?i)(?P<bearer>\bbearer\s+)[^\s\"',;]{6,}"
     r"|\b(?P<prefix>sk-|xai-|sk_)[A-Za-z0-9][A-Za-z0-9_\-]{7,}"
 )
+TOKEN_WORDS = ("bearer", "sk-", "sk_", "xai-")
 
 
 class Redactor:
@@ -28,14 +29,16 @@ class Redactor:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Redactor:
-        keys = [k.get_secret_value() for k in settings.proxy_keys]
-        if settings.upstream_key is not None:
-            keys.append(settings.upstream_key.get_secret_value())
-        return cls(keys)
+        return cls(settings.secrets())  # proxy keys, and every upstream's injected key
 
     def __call__(self, text: str) -> str:
         if self.keys is not None:
             text = self.keys.sub(REDACTED, text)
+        # Every token starts with one of these words in some letter case; in ASCII text,
+        # case-insensitive matching is `str.lower`, so text without them cannot match (non-ASCII
+        # text, where `re` also folds U+017F to "s" and U+212A to "k", always runs the regex).
+        if text.isascii() and not any(word in text.lower() for word in TOKEN_WORDS):
+            return text
         return TOKENS.sub(self._token, text)
 
     @staticmethod
