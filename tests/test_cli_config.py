@@ -157,3 +157,22 @@ def test_incidents_read_the_database_the_file_names(
     with pytest.raises(SystemExit) as done:
         main(["incidents"])
     assert done.value.code == f"spillguard: {tmp_path / 'missing.toml'}: no such file"
+
+
+def test_no_password_in_a_url_is_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = "postgresql://sg:db-password-123@db.example:5432/sg?sslmode=require"
+    monkeypatch.setenv("SPILLGUARD_INCIDENTS_DB", url)
+    monkeypatch.setenv("SPILLGUARD_UPSTREAM", "https://me:up-password-1@llm.example/v1")
+    text = '[upstreams.x]\nurl = "http://u:up-password-2@h/v1"\nanthropic = "http://u:up-password-3@h"\n'
+    assert main(["config", "check", config_file(tmp_path, text)]) == 0
+    out = capsys.readouterr().out
+    for password in ("db-password-123", "up-password-1", "up-password-2", "up-password-3"):
+        assert password not in out
+    assert 'upstream = "https://me:***@llm.example/v1"  # SPILLGUARD_UPSTREAM' in out
+    assert 'url = "http://u:***@h/v1"' in out and 'anthropic = "http://u:***@h"' in out
+    assert (
+        'incidents_db = "postgresql://sg@db.example:5432/sg"  # SPILLGUARD_INCIDENTS_DB '
+        "(password hidden)" in out.splitlines()
+    )

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, TomlConfigSettingsSource
 
+from .incident_store import is_postgres
+
 if TYPE_CHECKING:
     from .policy import Policy
     from .settings import Settings
@@ -34,6 +36,7 @@ ENV_PREFIX = "SPILLGUARD_"
 SECRET = "***"
 # Options printed as tables, after the plain ones (TOML puts tables last).
 TABLES = ("upstreams", "rules")
+URLS = ("upstream", "anthropic_upstream")  # options whose URL may carry a password
 CORRECTIONS = ("correction", "correction_required", "correction_named", "correction_none")
 
 
@@ -153,20 +156,36 @@ def render(settings: Settings, origin: Origins) -> str:
         if name == "config" or name in TABLES:
             continue
         value = getattr(settings, name)
+        if name in URLS and value is not None:
+            value = _without_password(value)
         shown = "# " + name + " is not set" if value is None else f"{name} = {_toml(value)}"
-        lines.append(f"{shown}  # {origin(name)}")
+        note = ""
+        if name == "incidents_db" and is_postgres(value):  # its password is a secret
+            from .incident_postgres import shown as without_password
+
+            shown, note = f"{name} = {_toml(without_password(value))}", " (password hidden)"
+        lines.append(f"{shown}  # {origin(name)}{note}")
     for name, entry in settings.upstreams.items():
         lines += ["", f"[upstreams.{name}]  # served at /{name}/v1 ({origin('upstreams')})"]
-        lines.append(f"url = {_toml(entry.url)}")
+        lines.append(f"url = {_toml(_without_password(entry.url))}")
         if entry.api_key_env is not None:
             lines.append(f"api_key_env = {_toml(entry.api_key_env)}  # set: {SECRET}")
         if entry.anthropic is not None:
-            lines.append(f"anthropic = {_toml(entry.anthropic)}")
+            lines.append(f"anthropic = {_toml(_without_password(entry.anthropic))}")
     for number, rule in enumerate(settings.rules, 1):
         lines += ["", f"[[rules]]  # {number} ({origin('rules')})"]
         lines += [f"{k} = {_toml(v)}" for k, v in rule if v is not None]
     lines += ["", *summary(settings)]
     return "\n".join(lines) + "\n"
+
+
+def _without_password(url: str) -> str:
+    """An upstream URL with the password of any userinfo in it as ***."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not at or "/" in userinfo or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:{SECRET}@{host}"
 
 
 def summary(settings: Settings) -> list[str]:
