@@ -34,8 +34,7 @@ _TOOL_SEP = re.compile(token("tool", "sep"))
 _FENCE_OPEN = re.compile(r"```(?:json)?[ \t]*\r?\n")
 _FENCE_CLOSE = re.compile(r"```")
 _V4_END = re.compile(r"\\?</" + word("tool_call") + ">")
-_V4_OPEN = re.compile(r"\\?<tool_call((?:\s+[\w-]{1,32}=\"[^\"<>]{0,256}\")+)\s*>")
-_ATTR = re.compile(r"([\w-]{1,32})=\"([^\"<>]{0,256})\"")
+_V4_OPEN = re.compile(r"\\?<tool_call" + ATTRS + ">")
 
 
 def read_deepseek(markup: str, tools: ToolSet) -> list[Draft]:
@@ -72,7 +71,7 @@ def read_deepseek(markup: str, tools: ToolSet) -> list[Draft]:
 def _deepseek_v4(r: Reader) -> list[Draft]:
     drafts: list[Draft] = []
     while not drafts or r.at(_V4_OPEN):
-        attrs = dict(_ATTR.findall(r.expect(_V4_OPEN).group(1)))
+        attrs = attributes(r.expect(_V4_OPEN))
         if "name" not in attrs:
             raise NoParse("no name attribute")
         drafts.append(Draft(attrs["name"], r.object()))
