@@ -214,3 +214,10 @@ def test_markup_in_thinking_has_no_markup_to_replace() -> None:
     drive(stream, [stream_of("Checking.", reasoning=("Calling.\n" + HERMES,))])
     assert stream.finding is not None and stream.finding.field == "reasoning"
     assert stream.markup is None and stream.repair(()) is None
+
+
+def test_markup_longer_than_the_hold_limit_is_not_read() -> None:
+    long = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "' + "L" * 200 + '"}}'
+    stream = new_stream(TOOLS, 64, None)
+    drive(stream, [stream_of(long + "\n</tool_call>")])
+    assert stream.finding is not None and stream.markup is None

@@ -21,7 +21,7 @@ from tests.fuzz.responses_bytes import (
     responses_view,
     well_formed,
 )
-from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Turn, cut, dumps
+from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Turn, cut, drive, dumps
 from tests.repair_wires import (
     BLOB,
     BOTH,
@@ -258,3 +258,10 @@ def test_calls_are_written_as_given() -> None:
     events, made = responses_repair.call_events((Call("get_weather", "{}"),), 3)
     assert [e["output_index"] for e in events] == [3, 3, 3, 3]
     assert made[0]["arguments"] == "{}" and made[0]["status"] == "completed"
+
+
+def test_markup_longer_than_the_hold_limit_is_not_read() -> None:
+    long = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "' + "L" * 200 + '"}}'
+    stream = new_stream(TOOLS, 64, None)
+    drive(stream, [stream_of(long + "\n</tool_call>")])
+    assert stream.finding is not None and stream.markup is None
