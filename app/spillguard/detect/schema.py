@@ -2,10 +2,13 @@
 
 Schemas come from clients, with every request. They are validated by `jsonschema` (it
 interprets the schema; it never generates or runs code from it), the draft chosen by `$schema`
-(2020-12 when absent or unknown). A compiled validator is cached per schema, keyed by the
-schema's canonical JSON, in a bounded LRU: the same tools arrive request after request. A
-schema that is itself invalid, or that fails while validating (an unresolvable `$ref`, an
-unsupported construct), validates nothing: the caller falls back to the retry.
+(2020-12 when absent or unknown). Left to itself the library fetches a remote `$ref` over HTTP;
+here every validator gets a registry that retrieves nothing, so a client's schema can never make
+spillguard send a request (such a `$ref` is unresolvable, and validates nothing). A compiled
+validator is cached per schema, keyed by the schema's canonical JSON, in a bounded LRU: the same
+tools arrive request after request. A schema that is itself invalid, or that fails while
+validating (an unresolvable `$ref`, an unsupported construct), validates nothing: the caller
+falls back to the retry.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs shipped; used through Any
+from referencing import Registry
 
 Validator = Any  # a jsonschema validator instance or class (the library ships no types)
 
@@ -42,6 +46,10 @@ def _drafts() -> dict[str, Validator]:
 
 
 _DRAFTS = _drafts()
+
+
+# An empty registry's `retrieve` refuses every URI: only refs within the schema resolve.
+_LOCAL_ONLY: Registry[Any] = Registry()
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,7 @@ def _compiled(key: str) -> Validator | None:
         else:
             return None
         cls.check_schema(schema)
-        return cls(schema)
+        return cls(schema, registry=_LOCAL_ONLY)
     except Exception:  # a client's schema may break the library in any way: no repair
         return None
 
