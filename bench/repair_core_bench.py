@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import jsonschema
-
 from spillguard.detect import declared_tools, read_calls
 from spillguard.detect import schema as sch
 
@@ -53,15 +51,16 @@ ROUNDS = 5
 
 
 def uncached() -> bool:
-    cls = jsonschema.validators.validator_for(SCHEMA, default=jsonschema.Draft202012Validator)
-    cls.check_schema(SCHEMA)
-    return bool(cls(SCHEMA).is_valid(ARGS))
+    """What every repair would pay without the cache: the key, the meta-schema check, the
+    build (the cached function's own body), then the validation."""
+    check = sch._compiled.__wrapped__(sch.canonical(SCHEMA))
+    return bool(check.is_valid(ARGS))
 
 
 def cases() -> dict[str, Callable[[], object]]:
     out: dict[str, Callable[[], object]] = {
         "jsonschema cached (key + LRU hit + is_valid)": lambda: sch.valid(ARGS, SCHEMA),
-        "jsonschema uncached (check + build + is_valid)": uncached,
+        "jsonschema uncached (key + check + build + is_valid)": uncached,
         "canonical key alone": lambda: sch.canonical(SCHEMA),
         "read_calls, Hermes leak, cached": lambda: read_calls(MARKUP, "hermes", TOOLS),
     }
