@@ -185,14 +185,21 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
 
     bare = Starlette(routes=[Route("/bench", trivial, methods=["POST"])])
     sg_app = create_app(settings)
-    sg_app.add_api_route("/bench", trivial_f, methods=["POST"])
+    sg_app.fastapi.add_api_route("/bench", trivial_f, methods=["POST"])
+    sg_app.lean.routes["/v1/bench"] = trivial
     k = max(500, n // 2)
     add("framework", "Starlette, trivial POST route", asgi_post_us(bare, "/bench", request, k))
     add(
         "framework",
-        "spillguard app, trivial POST route",
+        "spillguard app, trivial FastAPI route",
         asgi_post_us(sg_app, "/bench", request, k),
-        "FastAPI + spillguard middleware",
+        "FastAPI + spillguard middleware (the service routes, relayed paths)",
+    )
+    add(
+        "framework",
+        "spillguard app, trivial route on the lean path",
+        asgi_post_us(sg_app, "/v1/bench", request, k),
+        "limits + lean dispatch (the inspected routes)",
     )
 
     # Streams, per event.

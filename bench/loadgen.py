@@ -11,6 +11,12 @@ Modes:
         p50/p99 latency and TTFB (streamed or not)
   hold  open N slow streams, wait until each has content, print a READY line, hold them until
         stdin closes or --hold seconds pass, then close them all
+  sustain  hold C paced streams at once for D seconds (each connection asks again as soon as
+        its stream ends; the first requests spread over one stream's length): the gaps between
+        events each client saw, and the streams that failed
+  rate  open-loop: R requests a second for D seconds over a pool of C connections, each
+        request's latency taken from the moment it was due (waiting for a free connection
+        included): p50/p99 latency at that rate
 """
 
 from __future__ import annotations
@@ -34,11 +40,20 @@ now = time.perf_counter
 
 
 class Result:
-    __slots__ = ("body_bytes", "events", "status", "t_content", "t_end", "t_head", "t_start")
+    __slots__ = (
+        "body_bytes",
+        "events",
+        "status",
+        "t_content",
+        "t_end",
+        "t_event",
+        "t_head",
+        "t_start",
+    )
 
     def __init__(self) -> None:
         self.t_start = now()
-        self.t_head = self.t_content = self.t_end = 0.0
+        self.t_head = self.t_content = self.t_end = self.t_event = 0.0
         self.events = 0
         self.status = 0
         self.body_bytes = 0
@@ -52,13 +67,48 @@ class Counter:
         self.events = 0
 
 
+class Gaps:
+    """The time between one arrival of events and the next on the same stream, while `on`: a
+    histogram in whole milliseconds."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.hist: dict[int, int] = {}
+        self.max = 0.0
+
+    def add(self, gap: float) -> None:
+        ms_ = int(gap * 1000)
+        self.hist[ms_] = self.hist.get(ms_, 0) + 1
+        if gap > self.max:
+            self.max = gap
+
+    def count(self) -> int:
+        return sum(self.hist.values())
+
+    def over(self, limit_ms: int) -> int:
+        return sum(n for ms_, n in self.hist.items() if ms_ >= limit_ms)
+
+    def pct(self, q: float) -> float | None:
+        """The q-th percentile gap in ms (to the millisecond below)."""
+        total = self.count()
+        if not total:
+            return None
+        seen, rank = 0, q / 100 * total
+        for ms_ in sorted(self.hist):
+            seen += self.hist[ms_]
+            if seen >= rank:
+                return float(ms_)
+        return float(max(self.hist))
+
+
 class Client(asyncio.Protocol):
-    def __init__(self, counter: Counter | None = None) -> None:
+    def __init__(self, counter: Counter | None = None, gaps: Gaps | None = None) -> None:
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.waiter: asyncio.Future[Result] | None = None
         self.result: Result | None = None
         self.counter = counter
+        self.gaps = gaps
         self.closed = asyncio.get_event_loop().create_future()
         self._reset()
 
@@ -99,6 +149,11 @@ class Client(asyncio.Protocol):
         result.events += found
         if self.counter is not None and self.counter.on:
             self.counter.events += found
+        if found and self.gaps is not None:
+            t = now()
+            if result.t_event and self.gaps.on:
+                self.gaps.add(t - result.t_event)
+            result.t_event = t
         if not result.t_content and CONTENT_RE.search(scan):
             result.t_content = now()
         self.tail = scan[-64:]
@@ -192,9 +247,11 @@ def request_bytes(url: str, body: bytes, keep_alive: bool = True) -> tuple[str, 
     return host, port, head.encode() + body
 
 
-async def connect(host: str, port: int, counter: Counter | None = None) -> Client:
+async def connect(
+    host: str, port: int, counter: Counter | None = None, gaps: Gaps | None = None
+) -> Client:
     loop = asyncio.get_running_loop()
-    _, proto = await loop.create_connection(lambda: Client(counter), host, port)
+    _, proto = await loop.create_connection(lambda: Client(counter, gaps), host, port)
     return proto
 
 
@@ -347,9 +404,152 @@ async def mode_hold(args: argparse.Namespace) -> dict[str, Any]:
     return ready | {"still_open_at_end": still, "events_received": events}
 
 
+def _expected_events(model: str) -> int:
+    """Events in a `sustain:<ms>:<n>` stream: the role chunk, n deltas, finish, usage, [DONE]."""
+    _, _, n = model.partition(":")[2].partition(":")
+    return int(n or 64) + 4
+
+
+async def mode_sustain(args: argparse.Namespace) -> dict[str, Any]:
+    """C paced streams held at once: does every client get its deltas without a stall?"""
+    host, port, raw = request_bytes(args.url, chat_request(args.model, stream=True))
+    want = _expected_events(args.model)
+    delta_s = float(args.model.split(":")[1]) / 1000
+    stream_s = want * delta_s
+    counter, gaps = Counter(), Gaps()
+    gate = asyncio.Semaphore(200)
+
+    async def open_one() -> Client:
+        async with gate:
+            return await connect(host, port, counter, gaps)
+
+    t0 = now()
+    opened = await asyncio.gather(
+        *(open_one() for _ in range(args.concurrency)), return_exceptions=True
+    )
+    clients = [c for c in opened if isinstance(c, Client)]
+    connect_errors = len(opened) - len(clients)
+    seconds_to_connect = now() - t0
+    window: dict[str, float] = {}
+    done, failed, lost = [0], [0], [0]
+
+    async def worker(i: int, client: Client) -> None:
+        await asyncio.sleep(stream_s * i / len(clients))  # the starts spread over one stream
+        while "end" not in window:
+            try:
+                result = await client.send(raw)
+            except (ConnectionError, AssertionError):
+                lost[0] += 1
+                return
+            if "start" in window:
+                done[0] += 1
+                if result.status != 200 or result.events < want:
+                    failed[0] += 1
+
+    tasks = [asyncio.ensure_future(worker(i, c)) for i, c in enumerate(clients)]
+    await asyncio.sleep(stream_s + args.warmup)  # every stream running before the window
+    window["start"] = now()
+    counter.on = gaps.on = True
+    await asyncio.sleep(args.duration)
+    counter.on = gaps.on = False
+    window["end"] = now()
+    elapsed = window["end"] - window["start"]
+    _, pending = await asyncio.wait(tasks, timeout=stream_s + 10)
+    for task in pending:
+        task.cancel()
+    for client in clients:
+        if client.transport:
+            client.transport.close()
+    errors = failed[0] + lost[0] + connect_errors
+    attempts = done[0] + lost[0] + connect_errors
+    error_pct = 100 * errors / attempts if attempts else 100.0
+    max_gap = round(gaps.max * 1000, 1)
+    return {
+        "mode": "sustain",
+        "concurrency": args.concurrency,
+        "model": args.model,
+        "seconds": round(elapsed, 3),
+        "seconds_to_connect": round(seconds_to_connect, 2),
+        "streams": done[0],
+        "errors": errors,
+        "error_pct": round(error_pct, 2),
+        "events_per_s": round(counter.events / elapsed, 1),
+        "gaps": gaps.count(),
+        "gap_ms_p50": gaps.pct(50),
+        "gap_ms_p99": gaps.pct(99),
+        "gap_ms_p999": gaps.pct(99.9),
+        "gap_ms_max": max_gap,
+        "gaps_over_100ms": gaps.over(100),
+        "held": errors * 100 < attempts and max_gap <= 100 and gaps.count() > 0,
+    }
+
+
+async def mode_rate(args: argparse.Namespace) -> dict[str, Any]:
+    """Open-loop load at a fixed rate; latency counted from each request's due time."""
+    host, port, raw = request_bytes(args.url, chat_request(args.model, stream=args.stream))
+    free: asyncio.Queue[Client] = asyncio.Queue()
+    for _ in range(args.concurrency):
+        free.put_nowait(await connect(host, port))
+    latencies: list[float] = []
+    ok, lag = [0], [0.0]
+    loop = asyncio.get_running_loop()
+    inflight: set[asyncio.Task[None]] = set()
+
+    async def one(due: float, counted: bool) -> None:
+        client = await free.get()
+        try:
+            result = await client.send(raw)
+        except (ConnectionError, AssertionError):
+            return
+        free.put_nowait(client)
+        if counted:
+            latencies.append(result.t_end - due)
+            ok[0] += result.status == 200
+
+    interval = 1 / args.rate
+    t0 = now() + 0.05
+    measure_from, stop = t0 + args.warmup, t0 + args.warmup + args.duration
+    i = 0
+    while True:
+        due = t0 + i * interval
+        if due >= stop:
+            break
+        wait = due - now()
+        if wait > 0.0005:
+            await asyncio.sleep(wait)
+        late = now() - due
+        if due >= measure_from and late > lag[0]:
+            lag[0] = late
+        task = loop.create_task(one(due, due >= measure_from))
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+        i += 1
+    sent = sum(1 for k in range(i) if t0 + k * interval >= measure_from)
+    if inflight:
+        await asyncio.wait(inflight, timeout=30)
+    while not free.empty():
+        client = free.get_nowait()
+        if client.transport:
+            client.transport.close()
+    return {
+        "mode": "rate",
+        "rate": args.rate,
+        "concurrency": args.concurrency,
+        "seconds": args.duration,
+        "sent": sent,
+        "completed": len(latencies),
+        "errors": sent - ok[0],  # failed, not 200, or not finished 30 s after the last
+        "req_per_s": round(len(latencies) / args.duration, 1),
+        "latency_ms_p50": ms(pct(latencies, 50)),
+        "latency_ms_p99": ms(pct(latencies, 99)),
+        "latency_ms_max": ms(max(latencies)) if latencies else None,
+        "scheduler_lag_ms_max": ms(lag[0]),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="chat load generator for the benchmarks")
-    parser.add_argument("mode", choices=["one", "load", "hold"])
+    parser.add_argument("mode", choices=["one", "load", "hold", "sustain", "rate"])
     parser.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:9201/v1")
     parser.add_argument("--model", default="bench")
     parser.add_argument("--stream", action="store_true")
@@ -360,8 +560,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-d", "--duration", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=2)
     parser.add_argument("--hold", type=float, default=60)
+    parser.add_argument("--rate", type=float, default=1000, help="requests/s, for `rate`")
     args = parser.parse_args(argv)
-    run = {"one": mode_one, "load": mode_load, "hold": mode_hold}[args.mode]
+    modes = {"one": mode_one, "load": mode_load, "hold": mode_hold}
+    modes |= {"sustain": mode_sustain, "rate": mode_rate}
+    run = modes[args.mode]
     try:
         import uvloop
 

@@ -1,14 +1,17 @@
 """Run every benchmark in one go and write a Markdown report with PNG charts.
 
-  .venv/bin/python -m bench.run            # the full run (about 25 minutes)
+  .venv/bin/python -m bench.run            # every target (at most 15 minutes)
   .venv/bin/python -m bench.run --quick    # the same rows and levels, one round, 3 s points
+  .venv/bin/python -m bench.run --sections sustained   # one section alone
 
 The proxy under test runs pinned to CPU 0 (`taskset -c 0`); the fake upstream and the load
 generators run pinned to CPU 1, each in its own process. Rows in the same run: the upstream
-direct, the floor (bench/floor.py), spillguard in retry and observe mode, and LiteLLM's proxy
-when it is installed (see bench/README.md). Results go to bench/out/<stamp>/ (results.json,
-REPORT.md, charts, every process's log); `--publish` also copies the charts to bench/charts/ and
-writes bench/RESULTS.md.
+direct, the floor (bench/floor.py), spillguard in retry and observe mode, LiteLLM's proxy when
+it is installed (see bench/README.md), and with `--baseline DIR` spillguard's code from another
+checkout's `app/` (the same command, that code first on the path). The rows start once and serve
+the nonstream, stream, sustained and bound sections in turn. Results go to bench/out/<stamp>/
+(results.json, REPORT.md, charts, every process's log); `--publish` also copies the charts to
+bench/charts/ and writes bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -39,7 +42,12 @@ BENCH = ROOT / "bench"
 PY = sys.executable
 KEY = "sk-bench-7f3a9c2e41d84b6f9a0e5c3d2b1f8e7a6c5d4b3a2f1e0d9c"  # LiteLLM's master key too
 PORTS = {"upstream": 9100, "floor": 9201, "floor_parse": 9202, "retry": 9203, "observe": 9204}
-PORTS |= {"litellm": 9205, "workers": 9206}
+PORTS |= {"litellm": 9205, "workers": 9206, "base": 9207}
+DEFAULT_SECTIONS = "nonstream,stream,sustained,bound,memory,components"
+ALL_SECTIONS = DEFAULT_SECTIONS + ",workers,detect"
+SUSTAIN_LEVELS = [50, 250, 500, 1000, 1500, 2000, 2500, 3000]  # streams at once, tried in turn
+STALL_MS = 100  # a gap between deltas longer than this at the client is a stall
+BOUND_P99_MS = 5.0  # the latency bound of the `bound` section
 PROXY_CPU, LOAD_CPU, ALL_CPUS = "0", "1", "0,1"
 
 WRK_LUA = """
@@ -75,7 +83,14 @@ class Plan:
     hold_n: int = 1000
     hold_delta_ms: int = 1000
     rounds: int = 3
+    sustain_delta_ms: int = 20
+    sustain_deltas: int = 64
+    sustain_seconds: float = 3
+    sustain_levels: list[int] = field(default_factory=lambda: list(SUSTAIN_LEVELS))
+    bound_steps: int = 5
+    bound_seconds: float = 3
     litellm: Path | None = None
+    baseline: Path | None = None
     sections: list[str] = field(default_factory=list)
     sg_args: list[str] = field(default_factory=list)
 
@@ -122,6 +137,16 @@ class Proc:
     def rss_mb(self) -> float:
         """Resident memory of the process and its children now, in MB."""
         return round(sum(_status_kb(p, "VmRSS") for p in self.tree()) / 1024, 1)
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the process and its children have used so far."""
+        import psutil
+
+        total = 0.0
+        for pid in self.tree():
+            with contextlib.suppress(psutil.Error):
+                total += sum(psutil.Process(pid).cpu_times()[:2])
+        return total
 
     def peak_mb(self) -> float:
         """Peak resident memory (VmHWM) of the process, plus its children's, in MB."""
@@ -339,11 +364,14 @@ def start_row(
         proc = stack.start(row.key, argv, cpu)
         proc.wait_http(row.port, "/v1/models")
         return proc
-    if row.key in ("retry", "observe") or row.key.startswith("sg_w"):
+    if row.key in ("retry", "observe", "base") or row.key.startswith("sg_w"):
         mode = "observe" if row.key == "observe" else "retry"
         argv = [str(ROOT / ".venv/bin/spillguard"), "--upstream", up, "--port", str(row.port)]
         argv += ["--mode", mode, "--workers", str(workers), *plan.sg_args]
         env = {"SPILLGUARD_INCIDENTS_DB": str(out / f"incidents-{row.key}.sqlite3")}
+        if row.key == "base":
+            assert plan.baseline is not None
+            env["PYTHONPATH"] = str(plan.baseline)
         if not (ROOT / ".venv/bin/spillguard").exists():
             argv[0:1] = [PY, "-m", "spillguard.cli"]
         proc = stack.start(row.key, argv, cpu, env=env)
@@ -433,32 +461,55 @@ def log(msg: str) -> None:
 # ---- sections ----------------------------------------------------------------------------------
 
 
-def rows_for(plan: Plan, streams: bool = False) -> list[Row]:
-    rows = [
-        Row("direct", "upstream direct", PORTS["upstream"]),
-        Row("floor", "floor", PORTS["floor"]),
-    ]
-    if streams:
-        rows.append(Row("floor_parse", "floor + per-event parse", PORTS["floor_parse"]))
-    rows += [
-        Row("retry", "spillguard retry", PORTS["retry"]),
-        Row("observe", "spillguard observe", PORTS["observe"]),
-    ]
-    if plan.litellm is not None:
-        rows.append(Row("litellm", "LiteLLM proxy", PORTS["litellm"]))
+LABELS = {
+    "direct": "upstream direct",
+    "floor": "floor",
+    "floor_parse": "floor + per-event parse",
+    "retry": "spillguard retry",
+    "observe": "spillguard observe",
+    "base": "spillguard retry (baseline)",
+    "litellm": "LiteLLM proxy",
+}
+
+
+def rows_for(plan: Plan, *keys: str) -> list[Row]:
+    """The rows among `keys` this run has (LiteLLM when installed, the baseline when given)."""
+    rows = []
+    for key in keys:
+        if (key == "litellm" and plan.litellm is None) or (key == "base" and not plan.baseline):
+            continue
+        port = PORTS["upstream"] if key == "direct" else PORTS[key]
+        rows.append(Row(key, LABELS[key], port))
     return rows
 
 
-def _start_all(stack: Stack, rows: list[Row], plan: Plan, out: Path) -> tuple[list, list]:
-    """Start every row's proxy (all pinned to the proxy CPU, idle until their turn)."""
-    live, failed = [], []
-    for row in rows:
-        try:
-            live.append((row, start_row(stack, row, plan, out)))
-        except RuntimeError as exc:
-            log(f"  {row.label} did not start: {exc}")
-            failed.append({"row": row.key, "label": row.label, "error": str(exc)})
-    return live, failed
+class Live:
+    """The rows' proxies, started when a section first needs them (all pinned to the proxy
+    CPU, each idle until its turn) and kept for the next section."""
+
+    def __init__(self, stack: Stack, plan: Plan, out: Path) -> None:
+        self.stack, self.plan, self.out = stack, plan, out
+        self.procs: dict[str, Proc | None] = {}
+        self.failed: dict[str, dict] = {}
+
+    def get(self, rows: list[Row]) -> tuple[list[tuple[Row, Proc | None]], list[dict]]:
+        live = []
+        for row in rows:
+            if row.key not in self.procs and row.key not in self.failed:
+                try:
+                    self.procs[row.key] = start_row(self.stack, row, self.plan, self.out)
+                except RuntimeError as exc:
+                    log(f"  {row.label} did not start: {exc}")
+                    self.failed[row.key] = {"row": row.key, "label": row.label, "error": str(exc)}
+            if row.key in self.procs:
+                live.append((row, self.procs[row.key]))
+        return live, [self.failed[r.key] for r in rows if r.key in self.failed]
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc is not None:
+                self.stack.stop(proc)
+        self.procs.clear()
 
 
 def _order(live: list, round_no: int) -> list:
@@ -467,37 +518,46 @@ def _order(live: list, round_no: int) -> list:
     return live[k:] + live[:k]
 
 
-def nonstream(stack: Stack, plan: Plan, out: Path) -> list[dict]:
+def _cpu(proc: Proc | None) -> float:
+    return proc.cpu_seconds() if proc else 0.0
+
+
+def nonstream(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
     """Every row at each concurrency, interleaved round by round (the median of the rounds is
     the figure), so that whatever else the machine does hits every row alike."""
-    live, failed = _start_all(stack, rows_for(plan), plan, out)
+    keys = ("direct", "floor", "retry", "observe", "base", "litellm")
+    live, failed = live_rows.get(rows_for(plan, *keys))
     points: dict[tuple[str, int], list[dict]] = {}
     for conc in plan.levels:
         for round_no in range(plan.rounds):
             for row, proc in _order(live, round_no):
                 wrk(row.port, conc, plan.warmup, out)
+                cpu0 = _cpu(proc)
                 result = measured(wrk, row.port, conc, plan.duration, out)
+                if proc and result["requests"]:
+                    # The proxy's own CPU per request: the figure least moved by other load.
+                    used = _cpu(proc) - cpu0
+                    result["cpu_us_per_req"] = round(used / result["requests"] * 1e6, 1)
                 result["rss_mb"] = proc.rss_mb() if proc else None
                 result["settled_s"] = proc.settle() if proc else 0
                 points.setdefault((row.key, conc), []).append(result)
                 log(
                     f"  {row.label} c={conc} round {round_no + 1}: "
                     f"{result['req_per_s']:.0f} req/s, p50 {result['p50_ms']} ms, "
-                    f"p99 {result['p99_ms']} ms, other CPU {result['foreign_cpu_pct']}%"
+                    f"p99 {result['p99_ms']} ms, cpu {result.get('cpu_us_per_req')} us/req, "
+                    f"other CPU {result['foreign_cpu_pct']}%"
                 )
     results = []
     for row, proc in live:
         levels = [_combine(points[(row.key, c)], NS_KEYS) for c in plan.levels]
         peak = proc.peak_mb() if proc else None
         results.append({"row": row.key, "label": row.label, "levels": levels, "peak_mb": peak})
-    for _, proc in live:
-        if proc:
-            stack.stop(proc)
     return results + failed
 
 
-def streamed(stack: Stack, plan: Plan, out: Path) -> list[dict]:
-    live, failed = _start_all(stack, rows_for(plan, streams=True), plan, out)
+def streamed(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
+    keys = ("direct", "floor", "floor_parse", "retry", "base", "litellm")
+    live, failed = live_rows.get(rows_for(plan, *keys))
     ones: dict[str, list[dict]] = {}
     ttfbs: dict[str, list[dict]] = {}
     loads: dict[tuple[str, int], list[dict]] = {}
@@ -505,7 +565,7 @@ def streamed(stack: Stack, plan: Plan, out: Path) -> list[dict]:
     for round_no in range(plan.rounds):
         for row, proc in _order(live, round_no):
             url = f"http://127.0.0.1:{row.port}/v1"
-            args = ["one", "--url", url, "-n", str(plan.one_n), "--max-seconds", "30"]
+            args = ["one", "--url", url, "-n", str(plan.one_n), "--max-seconds", "5"]
             one = measured(loadgen, args)
             ones.setdefault(row.key, []).append(one)
             if proc:
@@ -527,7 +587,14 @@ def streamed(stack: Stack, plan: Plan, out: Path) -> list[dict]:
                 url = f"http://127.0.0.1:{row.port}/v1"
                 args = ["load", "--stream", "--url", url, "-c", str(conc)]
                 args += ["-d", str(plan.duration), "--warmup", str(plan.warmup)]
+                cpu0 = _cpu(proc)
+                t0 = time.monotonic()
                 result = measured(loadgen, args)
+                if proc and result["events_per_s"]:
+                    # Over the whole loadgen run (warm-up and wind-down included): an upper
+                    # bound on the proxy's CPU per delivered event, for comparison only.
+                    events = result["events_per_s"] * (time.monotonic() - t0)
+                    result["cpu_us_per_event"] = round((_cpu(proc) - cpu0) / events * 1e6, 2)
                 result["rss_mb"] = proc.rss_mb() if proc else None
                 result["settled_s"] = proc.settle() if proc else 0
                 loads.setdefault((row.key, conc), []).append(result)
@@ -547,17 +614,100 @@ def streamed(stack: Stack, plan: Plan, out: Path) -> list[dict]:
                 "peak_mb": proc.peak_mb() if proc else None,
             }
         )
-    for _, proc in live:
+    return results + failed
+
+
+def sustained(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
+    """The most paced streams each row holds at once with no stall and under 1% errors: each
+    level in turn for every row still holding, until the upstream direct (the harness's own
+    limit) or every row stops holding."""
+    live, failed = live_rows.get(rows_for(plan, "direct", "floor", "retry", "base", "litellm"))
+    model = f"sustain:{plan.sustain_delta_ms}:{plan.sustain_deltas}"
+    points: dict[str, list[dict]] = {row.key: [] for row, _ in live}
+    holding = {row.key for row, _ in live}
+    for conc in plan.sustain_levels:
+        if not holding or "direct" not in holding:
+            break
+        for row, proc in live:
+            if row.key not in holding:
+                continue
+            url = f"http://127.0.0.1:{row.port}/v1"
+            args = ["sustain", "--url", url, "--model", model, "-c", str(conc)]
+            args += ["-d", str(plan.sustain_seconds), "--warmup", "0.5"]
+            try:
+                result = measured(loadgen, args)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                result = {"concurrency": conc, "held": False, "error": str(exc)[-300:]}
+            result["rss_mb"] = proc.rss_mb() if proc else None
+            result["settled_s"] = proc.settle() if proc else 0
+            points[row.key].append(result)
+            log(
+                f"  {row.label} {conc} sustained streams: held {result.get('held')}, max gap "
+                f"{result.get('gap_ms_max')} ms, p99 gap {result.get('gap_ms_p99')} ms, errors "
+                f"{result.get('error_pct')}%, other CPU {result.get('foreign_cpu_pct')}%"
+            )
+            if not result.get("held"):
+                holding.discard(row.key)
+    results = []
+    for row, proc in live:
+        held = [p["concurrency"] for p in points[row.key] if p.get("held")]
+        results.append(
+            {
+                "row": row.key,
+                "label": row.label,
+                "held": max(held) if held else 0,
+                "capped": row.key in holding,  # still holding at the last level tried
+                "levels": points[row.key],
+                "peak_mb": proc.peak_mb() if proc else None,
+            }
+        )
+    return results + failed
+
+
+def _bound_point(row: Row, rate: float, plan: Plan) -> dict:
+    url = f"http://127.0.0.1:{row.port}/v1"
+    args = ["rate", "--url", url, "--rate", f"{rate:.0f}", "-c", "64"]
+    args += ["-d", str(plan.bound_seconds), "--warmup", "1"]
+    result = measured(loadgen, args)
+    p99 = result.get("latency_ms_p99")
+    result["within"] = bool(
+        p99 is not None and p99 == p99 and p99 < BOUND_P99_MS and not result["errors"]
+    )
+    return result
+
+
+def bound(live_rows: Live, plan: Plan, out: Path, ceilings: dict[str, float]) -> list[dict]:
+    """The highest request rate (open loop, non-streamed) at which each row's p99 stays under
+    BOUND_P99_MS: a low probe, then a bisection up to the row's closed-loop peak."""
+    live, failed = live_rows.get(rows_for(plan, "floor", "retry", "base", "litellm"))
+    results = []
+    for row, proc in live:
+        top = ceilings.get(row.key) or 10_000.0
+        lo, hi = 0.0, top * 1.1
+        points = []
+        probe = max(20.0, round(top * 0.05))
+        first = _bound_point(row, probe, plan)
+        points.append(first)
         if proc:
-            stack.stop(proc)
+            proc.settle()
+        if first["within"]:
+            lo = probe
+            for _ in range(plan.bound_steps):
+                rate = (lo + hi) / 2
+                point = _bound_point(row, rate, plan)
+                points.append(point)
+                if proc:
+                    proc.settle()
+                lo, hi = (rate, hi) if point["within"] else (lo, rate)
+        log(f"  {row.label}: p99 under {BOUND_P99_MS} ms up to {lo:.0f} req/s")
+        results.append({"row": row.key, "label": row.label, "rate": round(lo), "points": points})
     return results + failed
 
 
 def memory(stack: Stack, plan: Plan, out: Path) -> list[dict]:
     """Hold many slow streams open through each proxy; sample its memory while they are open."""
     results = []
-    rows = [Row("floor", "floor", PORTS["floor"]), Row("retry", "spillguard retry", PORTS["retry"])]
-    for row in rows:
+    for row in rows_for(plan, "floor", "retry", "base"):
         log(f"memory: {plan.hold_n} open streams through {row.label}")
         proc = start_row(stack, row, plan, out)
         assert proc is not None
@@ -665,6 +815,17 @@ def detection(plan: Plan) -> list[dict]:
 # ---- the run -----------------------------------------------------------------------------------
 
 
+def _ceilings(data: dict) -> dict[str, float]:
+    """Each row's closed-loop requests/s at 50 clients, when this run measured it: where the
+    bound section's search stops."""
+    out = {}
+    for row in data.get("nonstream") or []:
+        for level in row.get("levels", []):
+            if level.get("concurrency") == 50 and level.get("req_per_s"):
+                out[row["row"]] = float(level["req_per_s"])
+    return out
+
+
 def machine() -> dict[str, Any]:
     cpu = platform.processor()
     with contextlib.suppress(OSError):
@@ -742,8 +903,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds per point (median kept)")
     parser.add_argument(
         "--sections",
-        default="nonstream,stream,detect,memory,workers,components",
-        help="comma-separated subset of: nonstream,stream,detect,memory,workers,components",
+        default=DEFAULT_SECTIONS,
+        help=f"comma-separated subset of: {ALL_SECTIONS} (default: {DEFAULT_SECTIONS}; 'all' "
+        "adds the rest)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout's app/ folder: spillguard from that code, as one more row",
     )
     parser.add_argument(
         "--litellm", help="path to the litellm executable, or 'off' (default: look for one)"
@@ -755,7 +922,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quiet-wait",
         type=float,
-        default=5,
+        default=1,
         help="before each point, wait up to this many seconds for other processes on the "
         "machine to use under 15%% of a core (0: do not wait)",
     )
@@ -785,18 +952,26 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     plan = Plan(
         quick=quick,
-        duration=args.duration or (3 if quick else 5),
+        duration=args.duration or (3 if quick else 4),
         warmup=1,
         rounds=args.rounds or (1 if quick else 3),
-        levels=[1, 10, 50, 200],
-        stream_levels=[10, 50, 200],
-        one_n=50 if quick else 100,
-        ttfb_n=20 if quick else 30,
+        levels=[1, 50],
+        stream_levels=[50],
+        one_n=30 if quick else 50,
+        ttfb_n=20,
         ttfb_delta_ms=20,
         hold_n=args.hold,
         hold_delta_ms=1000,
+        sustain_seconds=2 if quick else 3,
+        bound_steps=3 if quick else 5,
+        bound_seconds=2 if quick else 3,
         litellm=find_litellm(args.litellm),
-        sections=[s.strip() for s in args.sections.split(",") if s.strip()],
+        baseline=args.baseline.resolve() if args.baseline else None,
+        sections=[
+            s.strip()
+            for s in (ALL_SECTIONS if args.sections == "all" else args.sections).split(",")
+            if s.strip()
+        ],
         sg_args=args.sg_arg,
     )
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -825,12 +1000,22 @@ def main(argv: list[str] | None = None) -> int:
     QUIET["wait"] = args.quiet_wait
     try:
         with running_upstream(stack) as up:
+            live = Live(stack, plan, out)
             if "nonstream" in plan.sections:
                 noise.section = "nonstream"
-                data["nonstream"] = nonstream(stack, plan, out)
+                data["nonstream"] = nonstream(live, plan, out)
             if "stream" in plan.sections:
                 noise.section = "stream"
-                data["stream"] = streamed(stack, plan, out)
+                data["stream"] = streamed(live, plan, out)
+            if "sustained" in plan.sections:
+                noise.section = "sustained"
+                log("sustained streams")
+                data["sustained"] = sustained(live, plan, out)
+            if "bound" in plan.sections:
+                noise.section = "bound"
+                log("throughput at a p99 bound")
+                data["bound"] = bound(live, plan, out, _ceilings(data))
+            live.stop()
             if "memory" in plan.sections:
                 noise.section = "memory"
                 data["memory"] = memory(stack, plan, out)

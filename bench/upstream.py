@@ -10,7 +10,10 @@ answers depends on the `model` named in the request body:
 * `paced:<ms>`: the same stream with `<ms>` milliseconds before each event after the first;
 * `ttfb:<ms>`: a short stream (role chunk, 5 prose deltas, finish) paced at `<ms>`;
 * `drip:<ms>`: a long stream (the role chunk, then one prose delta every `<ms>` milliseconds for
-  up to 10 minutes) for holding many streams open.
+  up to 10 minutes) for holding many streams open;
+* `sustain:<ms>:<n>`: the role chunk, then `<n>` prose deltas `<ms>` milliseconds apart, the
+  finish, usage and `[DONE]`, paced by timer callbacks (no task per stream), so that thousands of
+  streams at once cost this process little.
 
 `GET /v1/models` answers a tiny list. Run it with `python -m bench.upstream --port P`.
 """
@@ -186,7 +189,7 @@ class UpstreamProtocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
-        self.busy: asyncio.Task[None] | None = None
+        self.busy: asyncio.Future[None] | None = None
         self.can_write = asyncio.Event()
         self.can_write.set()
 
@@ -253,12 +256,40 @@ class UpstreamProtocol(asyncio.Protocol):
             self.transport.write(CANNED.json(model))
             return
         kind, _, arg = model.partition(":")
+        if kind == "sustain":
+            ms, _, n = arg.partition(":")
+            self._sustain(CANNED.stream(model, prose_deltas=int(n or 64)), float(ms) / 1000)
+            return
         delay = float(arg) / 1000 if arg else 0.0
         events = CANNED.stream(model, prose_deltas=5 if kind == "ttfb" else None)
         self.busy = asyncio.ensure_future(self._stream(events, delay, drip=kind == "drip"))
         self.busy.add_done_callback(self._stream_done)
 
-    def _stream_done(self, task: asyncio.Task[None]) -> None:
+    def _sustain(self, events: list[bytes], delay: float) -> None:
+        """Write `events` `delay` seconds apart from timer callbacks; the next request on the
+        connection is served after the last."""
+        assert self.transport is not None
+        self.transport.write(SSE_HEAD + events[0])
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self.busy = done
+        rest = iter(events[1:])
+
+        def tick() -> None:
+            if self.transport is None or done.done():
+                return
+            event = next(rest, None)
+            if event is None:
+                self.transport.write(b"0\r\n\r\n")
+                done.set_result(None)
+                return
+            self.transport.write(event)
+            loop.call_later(delay, tick)
+
+        loop.call_later(delay, tick)
+        done.add_done_callback(self._stream_done)
+
+    def _stream_done(self, task: asyncio.Future[None]) -> None:
         self.busy = None
         if not task.cancelled() and task.exception() is None and self.transport is not None:
             self._serve()

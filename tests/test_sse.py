@@ -96,8 +96,12 @@ CASES: dict[str, tuple[bytes, list[Event]]] = {
     "data-space-only": (b"data: \n\n", [E(b"data: \n\n", "")]),
     "one-line-after-named": (
         b"event: a\ndata: 1\n\ndata: 2\n\nid: 4\ndata: 3\n\ndata: 5\n\n",
-        [E(b"event: a\ndata: 1\n\n", "1", "a"), E(b"data: 2\n\n", "2")]
-        + [E(b"data: 3\n\n", "3"), E(b"data: 5\n\n", "5")],
+        [
+            E(b"event: a\ndata: 1\n\n", "1", "a"),
+            E(b"data: 2\n\n", "2"),
+            E(b"data: 3\n\n", "3"),
+            E(b"data: 5\n\n", "5"),
+        ],
     ),
 }
 
