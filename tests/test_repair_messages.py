@@ -141,6 +141,16 @@ def test_a_streamed_leak_becomes_tool_use_blocks_at_every_cut(family: str) -> No
     assert view.stop_reason == "tool_use"
     assert view.usage == {"output_tokens": 18}
     assert view.kinds[-2:] == ["message_delta", "message_stop"]
+    # The same blocks as the whole message's repair.
+    whole_out = repair(*whole(messages_reply(Turn(content=(text,)))))
+    assert whole_out is not None
+    content = json.loads(whole_out)["content"]
+    assert [(b["type"], b.get("name"), b.get("text", "")) for b in content] == [
+        (b.type, b.name, b.text if b.type == "text" else "") for b in view.blocks
+    ]
+    assert [b["input"] for b in content if b["type"] == "tool_use"] == [
+        json.loads(b.text) for b in uses
+    ]
 
 
 def test_the_events_a_repair_adds() -> None:

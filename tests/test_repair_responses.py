@@ -179,6 +179,12 @@ def test_a_streamed_leak_becomes_function_call_items_at_every_cut(family: str) -
     final = view.completed
     assert final is not None and final["output"] == [view.closed[i] for i in sorted(view.closed)]
     assert final["usage"] == {"input_tokens": 40, "output_tokens": 18, "total_tokens": 58}
+    # The same calls as the whole reply's repair.
+    whole_out = repair(*whole(text))
+    assert whole_out is not None
+    assert [(c["name"], c["arguments"]) for c in calls] == [
+        (i["name"], i["arguments"]) for i in items(whole_out) if i["type"] == "function_call"
+    ]
 
 
 def test_the_events_a_repair_adds() -> None:

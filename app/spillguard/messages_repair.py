@@ -166,9 +166,9 @@ class Tail:
         """The calls' blocks from client index `first`, then the message's end; None when the
         upstream did not end its message cleanly after the leaked block."""
         events = tool_use_events(calls, first)
-        if self.other or events is None or self.message_delta is None:
+        if self.other or events is None:
             return None
-        if self.message_stop is None:
+        if self.message_delta is None or self.message_stop is None:  # the message never ended
             return None
         outs = [new_event(e) for e in events] + [new_event(stopped_for_calls(self.message_delta))]
         return [*outs, Out(self.message_stop.raw)]
