@@ -21,6 +21,22 @@ from tests.conftest import TOOLS, chat_body
 CITY = '{"city": "Lisbon"}'
 # One leaked get_weather(city="Lisbon") per family, spelled the way that family writes it.
 FAMILIES = {
+    "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Lisbon"}}]<|tools_suffix|>',
+    "command_r": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", '
+    f'"parameters": {CITY}}}]<|END_ACTION|>',
+    "dots": f'<dots_function_call>{{"name": "get_weather", "arguments": {CITY}}}'
+    "</dots_function_call>",
+    "internlm": f'<|action_start|><|plugin|>\n{{"name": "get_weather", "parameters": {CITY}}}'
+    "<|action_end|>",
+    "k2_horizon": f"<ifm|tool_calls><ifm|tool_call>get_weather{CITY}</ifm|tool_call>"
+    "</ifm|tool_calls>",
+    "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>'
+    '<|open|>argument key="city" type="string"<|sep|>Lisbon<|close|>argument<|sep|>'
+    "<|close|>call<|sep|><|close|>tools<|sep|>",
+    "longcat": f'<longcat_tool_call>\n{{"name": "get_weather", "arguments": {CITY}}}\n'
+    "</longcat_tool_call>",
+    "seed": "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Lisbon</parameter>\n"
+    "</function>\n</seed:tool_call>",
     "claude_xml": '<invoke name="get_weather">\n<parameter name="city">Lisbon</parameter>\n'
     "</invoke>",
     "deepseek": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
