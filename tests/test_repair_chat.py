@@ -30,6 +30,9 @@ from tests.fuzz.chat_bytes import (
 from tests.fuzz.wire_bytes import HOLD, TOOLS, cut, decode, drive, every_split
 from tests.fuzz.wire_bytes import Call as Structured
 from tests.samples import DSML, HERMES
+from tests.test_repair_sdk import FAMILIES
+
+BLOBS = ("json", "pythonic")  # a call that is the whole answer: no prose before it
 
 CALL_ID = re.compile(r"call_[0-9a-f]{24}")
 LISBON = Call("get_weather", '{"city":"Lisbon"}')
@@ -341,3 +344,21 @@ def test_stream_and_whole_reply_make_the_same_calls() -> None:
             v[2] for v in view.calls[0].values()
         ]
         assert (message["content"] or "") == view.content.get(0, "")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("size", [1, 3, 11])
+def test_every_family_streamed_in_any_delta_size_makes_the_whole_replys_calls(
+    family: str, size: int
+) -> None:
+    text = PROSE + FAMILIES[family] if family not in BLOBS else FAMILIES[family]
+    whole = repair_whole(reply_bytes(text))
+    assert whole is not None
+    message = json.loads(whole)["choices"][0]["message"]
+    deltas = tuple(text[i : i + size] for i in range(0, len(text), size))
+    data, _ = repaired(new_stream(TOOLS, HOLD, None), leak(deltas, usage=True))
+    view = chat_view(data)
+    made = [[c["function"]["name"], c["function"]["arguments"]] for c in message["tool_calls"]]
+    assert [v[1:] for v in view.calls[0].values()] == made
+    assert (message["content"] or "") == view.content.get(0, "")
+    assert view.finish == {0: "tool_calls"} and view.usage == [USAGE]
