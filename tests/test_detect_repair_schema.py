@@ -73,10 +73,14 @@ def test_draft_by_dollar_schema() -> None:
     draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", **base}
     assert repair('{"a": 1}', draft7) is None
     assert repair('{"a": 1}', base) is not None  # 2020-12 by default: an unknown keyword
-    assert type(sch.validator(draft7)) is jsonschema.Draft7Validator
-    assert type(sch.validator(base)) is jsonschema.Draft202012Validator
+
+    def draft_of(schema: Any) -> Any:
+        return sch.validator(schema).META_SCHEMA["$id"]
+
+    assert draft_of(draft7) == jsonschema.Draft7Validator.META_SCHEMA["$id"]
+    assert draft_of(base) == jsonschema.Draft202012Validator.META_SCHEMA["$id"]
     unknown = {"$schema": "https://example.invalid/my-schema", "type": "object"}
-    assert type(sch.validator(unknown)) is jsonschema.Draft202012Validator
+    assert draft_of(unknown) == jsonschema.Draft202012Validator.META_SCHEMA["$id"]
 
 
 @pytest.mark.parametrize(
@@ -153,3 +157,21 @@ def test_remote_refs_are_never_fetched() -> None:
         server.shutdown()
         server.server_close()
     assert hits == []
+
+
+def test_patterns_still_validate() -> None:
+    parameters = {
+        "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+        "patternProperties": {"^n_": {"type": "integer"}},
+    }
+    assert repair('{"code": "LHR", "n_seats": 2}', parameters) is not None
+    assert repair('{"code": "lhr"}', parameters) is None
+    assert repair('{"code": "LHR", "n_seats": "2"}', parameters) is None
+
+
+def test_a_catastrophic_pattern_is_cut_short() -> None:
+    # Without a time limit this search backtracks through 2**40 ways: the repair is refused.
+    parameters = {"properties": {"q": {"type": "string", "pattern": "^(a+)+$"}}}
+    assert repair('{"q": "' + "a" * 40 + '!"}', parameters) is None
+    keys = {"patternProperties": {"^(a|aa)+$": {"type": "integer"}}}
+    assert repair('{"' + "a" * 60 + '!": 1}', keys) is None

@@ -2,13 +2,14 @@
 
 Schemas come from clients, with every request. They are validated by `jsonschema` (it
 interprets the schema; it never generates or runs code from it), the draft chosen by `$schema`
-(2020-12 when absent or unknown). Left to itself the library fetches a remote `$ref` over HTTP;
-here every validator gets a registry that retrieves nothing, so a client's schema can never make
-spillguard send a request (such a `$ref` is unresolvable, and validates nothing). A compiled
-validator is cached per schema, keyed by the schema's canonical JSON, in a bounded LRU: the same
-tools arrive request after request. A schema that is itself invalid, or that fails while
-validating (an unresolvable `$ref`, an unsupported construct), validates nothing: the caller
-falls back to the retry.
+(2020-12 when absent or unknown). Two things the library would do are closed off, since the
+schema is the client's and the proxy's event loop is everyone's: it fetches a remote `$ref` over
+HTTP (here every validator gets a registry that retrieves nothing, so such a `$ref` is
+unresolvable), and it searches `pattern`s with `re`, without a time limit (here with `regex`
+and a time limit). A compiled validator is cached per schema, keyed by the schema's canonical
+JSON, in a bounded LRU: the same tools arrive request after request. A schema that is itself
+invalid, or that fails while validating (an unresolvable `$ref`, a pattern past its time),
+validates nothing: the caller falls back to the retry.
 """
 
 from __future__ import annotations
@@ -22,15 +23,38 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs shipped; used through Any
+import regex
 from referencing import Registry
 
 Validator = Any  # a jsonschema validator instance or class (the library ships no types)
 
 CACHE_SIZE = 256
+# How long one `pattern` of a client's schema may search one value: a pattern that backtracks
+# catastrophically must not stall the event loop; past this the arguments are not valid.
+PATTERN_SECONDS = 0.05
+
+
+def _search(pattern: str, text: str) -> bool:
+    return regex.search(pattern, text, timeout=PATTERN_SECONDS) is not None
+
+
+def _pattern(validator: Validator, pattern: str, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Validator, patterns: Any, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
 def _drafts() -> dict[str, Validator]:
-    """Each draft's validator by its meta-schema URI (without `#`, http or https)."""
+    """Each draft's validator by its meta-schema URI (without `#`, http or https), its
+    `pattern` keywords searched with a time limit (jsonschema's own use `re`, without one)."""
     out: dict[str, Validator] = {}
     for cls in (
         jsonschema.Draft202012Validator,
@@ -40,12 +64,16 @@ def _drafts() -> dict[str, Validator]:
         jsonschema.Draft4Validator,
         jsonschema.Draft3Validator,
     ):
+        bounded = jsonschema.validators.extend(
+            cls, {"pattern": _pattern, "patternProperties": _pattern_properties}
+        )
         uri = str(cls.META_SCHEMA.get("$id", cls.META_SCHEMA.get("id", ""))).rstrip("#")
-        out[uri] = out[uri.replace("https://", "http://")] = cls
+        out[uri] = out[uri.replace("https://", "http://")] = bounded
     return out
 
 
 _DRAFTS = _drafts()
+_DEFAULT = _DRAFTS["https://json-schema.org/draft/2020-12/schema"]
 
 
 # An empty registry's `retrieve` refuses every URI: only refs within the schema resolve.
@@ -72,9 +100,9 @@ def _compiled(key: str) -> Validator | None:
         if isinstance(schema, dict):
             uri = schema.get("$schema")
             draft = _DRAFTS.get(uri.rstrip("#"), None) if isinstance(uri, str) else None
-            cls = draft or jsonschema.Draft202012Validator
+            cls = draft or _DEFAULT
         elif isinstance(schema, bool):
-            cls = jsonschema.Draft202012Validator
+            cls = _DEFAULT
         else:
             return None
         cls.check_schema(schema)
