@@ -157,6 +157,9 @@ may_loosen = true
     s = Settings(config=path)
     assert [k.get_secret_value() for k in s.proxy_keys] == ["app-key", "admin-secret"]
     assert [k.get_secret_value() for k in s.loosening_keys] == ["admin-secret"]
+    assert Origins.of({"config": path})("loosening_keys") == path  # marked in the file
+    monkeypatch.setenv("SPILLGUARD_LOOSENING_KEYS", "other")
+    assert Origins.of({"config": path})("loosening_keys") == "SPILLGUARD_LOOSENING_KEYS"
 
 
 def test_a_loosening_key_is_a_proxy_key() -> None:

@@ -103,12 +103,12 @@ class Origins:
         return cls(flags, path if path is not None else os.environ.get(CONFIG_ENV))
 
     def __call__(self, key: str) -> str:
-        if key == "loosening_keys" and key not in self.flags:
-            key = "proxy_keys"  # in the file, [[proxy_keys]] tables mark them
         if key in self.flags:
             return "--" + key.replace("_", "-")
         if ENV_PREFIX + key.upper() in os.environ:
             return ENV_PREFIX + key.upper()
+        if key == "loosening_keys":
+            key = "proxy_keys"  # in the file, [[proxy_keys]] tables mark them
         if key in self.file_keys and self.path:
             return self.path
         return "default"
