@@ -175,3 +175,7 @@ def test_a_catastrophic_pattern_is_cut_short() -> None:
     assert repair('{"q": "' + "a" * 40 + '!"}', parameters) is None
     keys = {"patternProperties": {"^(a|aa)+$": {"type": "integer"}}}
     assert repair('{"' + "a" * 60 + '!": 1}', keys) is None
+    # Many values share one budget: it does not restart per value.
+    many = {"type": "array", "items": {"type": "string", "pattern": "^(a+)+$"}}
+    listed = {"properties": {"q": many}}
+    assert repair('{"q": [' + ",".join(['"' + "a" * 30 + '!"'] * 500) + "]}", listed) is None

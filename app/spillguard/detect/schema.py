@@ -5,11 +5,11 @@ interprets the schema; it never generates or runs code from it), the draft chose
 (2020-12 when absent or unknown). Two things the library would do are closed off, since the
 schema is the client's and the proxy's event loop is everyone's: it fetches a remote `$ref` over
 HTTP (here every validator gets a registry that retrieves nothing, so such a `$ref` is
-unresolvable), and it searches `pattern`s with `re`, without a time limit (here with `regex`
-and a time limit). A compiled validator is cached per schema, keyed by the schema's canonical
-JSON, in a bounded LRU: the same tools arrive request after request. A schema that is itself
-invalid, or that fails while validating (an unresolvable `$ref`, a pattern past its time),
-validates nothing: the caller falls back to the retry.
+unresolvable), and it searches `pattern`s with `re`, without a time limit (here with `regex`,
+all of one validation's searches within PATTERN_SECONDS). A compiled validator is cached per
+schema, keyed by the schema's canonical JSON, in a bounded LRU: the same tools arrive request
+after request. A schema that is itself invalid, or that fails while validating (an unresolvable
+`$ref`, patterns out of time), validates nothing: the caller falls back to the retry.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -29,13 +31,18 @@ from referencing import Registry
 Validator = Any  # a jsonschema validator instance or class (the library ships no types)
 
 CACHE_SIZE = 256
-# How long one `pattern` of a client's schema may search one value: a pattern that backtracks
-# catastrophically must not stall the event loop; past this the arguments are not valid.
+# How long the `pattern`s of a client's schema may search, in all, while one call's arguments
+# are validated: a pattern that backtracks catastrophically must not stall the event loop; past
+# this the arguments are not valid.
 PATTERN_SECONDS = 0.05
+_PATTERNS_UNTIL: ContextVar[float] = ContextVar("patterns_until", default=0.0)
 
 
 def _search(pattern: str, text: str) -> bool:
-    return regex.search(pattern, text, timeout=PATTERN_SECONDS) is not None
+    left = _PATTERNS_UNTIL.get() - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the schema's patterns ran out of time")
+    return regex.search(pattern, text, timeout=left) is not None
 
 
 def _pattern(validator: Validator, pattern: str, instance: Any, schema: Any) -> Any:
@@ -125,10 +132,13 @@ def valid(arguments: Mapping[str, Any], schema: Any) -> bool:
     check = validator(schema)
     if check is None:
         return False
+    budget = _PATTERNS_UNTIL.set(time.monotonic() + PATTERN_SECONDS)
     try:
         return bool(check.is_valid(arguments))
-    except Exception:  # an unresolvable $ref, a pathological pattern: no repair
+    except Exception:  # an unresolvable $ref, patterns out of time: no repair
         return False
+    finally:
+        _PATTERNS_UNTIL.reset(budget)
 
 
 # ---- typing bare text by the schema ---------------------------------------------------------
