@@ -179,3 +179,11 @@ def test_a_catastrophic_pattern_is_cut_short() -> None:
     many = {"type": "array", "items": {"type": "string", "pattern": "^(a+)+$"}}
     listed = {"properties": {"q": many}}
     assert repair('{"q": [' + ",".join(['"' + "a" * 30 + '!"'] * 500) + "]}", listed) is None
+
+
+def test_the_budget_is_shared_by_all_calls_of_a_leak() -> None:
+    parameters = {"properties": {"q": {"type": "string", "pattern": "^(a+)+$"}}}
+    one = '<tool_call>{"name": "act", "arguments": {"q": "' + "a" * 30 + '!"}}</tool_call>'
+    assert read_calls(one * 300, "hermes", tools_with(parameters)) is None
+    good = '<tool_call>{"name": "act", "arguments": {"q": "aaa"}}</tool_call>'
+    assert read_calls(good * 3, "hermes", tools_with(parameters)) is not None

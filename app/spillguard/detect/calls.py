@@ -71,9 +71,10 @@ def read_calls(markup: str, family: str, tools: ToolSet) -> tuple[Call, ...] | N
     except (NoParse, RecursionError):
         return None
     calls = []
-    for draft in drafts:
-        call = _settle(draft, tools)
-        if call is None:
-            return None
-        calls.append(call)
+    with schema.pattern_budget():  # one budget for all the leak's calls
+        for draft in drafts:
+            call = _settle(draft, tools)
+            if call is None:
+                return None
+            calls.append(call)
     return tuple(calls) or None

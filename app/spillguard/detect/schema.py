@@ -18,7 +18,8 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,11 +32,24 @@ from referencing import Registry
 Validator = Any  # a jsonschema validator instance or class (the library ships no types)
 
 CACHE_SIZE = 256
-# How long the `pattern`s of a client's schema may search, in all, while one call's arguments
-# are validated: a pattern that backtracks catastrophically must not stall the event loop; past
-# this the arguments are not valid.
+# How long the `pattern`s of a client's schema may search, in all, while a leak's calls are
+# validated (`pattern_budget`): a pattern that backtracks catastrophically must not stall the
+# event loop; past this the arguments are not valid.
 PATTERN_SECONDS = 0.05
 _PATTERNS_UNTIL: ContextVar[float] = ContextVar("patterns_until", default=0.0)
+
+
+@contextmanager
+def pattern_budget() -> Iterator[None]:
+    """PATTERN_SECONDS for every pattern search inside, unless an outer budget is running."""
+    if _PATTERNS_UNTIL.get() > 0:
+        yield
+        return
+    token = _PATTERNS_UNTIL.set(time.monotonic() + PATTERN_SECONDS)
+    try:
+        yield
+    finally:
+        _PATTERNS_UNTIL.reset(token)
 
 
 def _search(pattern: str, text: str) -> bool:
@@ -132,13 +146,11 @@ def valid(arguments: Mapping[str, Any], schema: Any) -> bool:
     check = validator(schema)
     if check is None:
         return False
-    budget = _PATTERNS_UNTIL.set(time.monotonic() + PATTERN_SECONDS)
-    try:
-        return bool(check.is_valid(arguments))
-    except Exception:  # an unresolvable $ref, patterns out of time: no repair
-        return False
-    finally:
-        _PATTERNS_UNTIL.reset(budget)
+    with pattern_budget():
+        try:
+            return bool(check.is_valid(arguments))
+        except Exception:  # an unresolvable $ref, patterns out of time: no repair
+            return False
 
 
 # ---- typing bare text by the schema ---------------------------------------------------------
