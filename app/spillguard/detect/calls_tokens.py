@@ -135,12 +135,13 @@ def read_harmony(markup: str, tools: ToolSet) -> list[Draft]:
         r.take(_START)
         name: str | None = None
         while r.take(_MESSAGE) is None:
-            recipient = r.take(_RECIPIENT)
-            channel = None if recipient else r.take(_CHANNEL)
-            if recipient is not None and name is None:
+            if (recipient := r.take(_RECIPIENT)) is not None:
+                if name is not None:
+                    raise NoParse("two recipients")
                 name = name_of(recipient.group(1))
-            elif channel is not None and channel.group(1) != "final":
-                continue
+            elif (channel := r.take(_CHANNEL)) is not None:
+                if channel.group(1) == "final":
+                    raise NoParse("a final answer, not a call")
             elif r.take(_CONSTRAIN) is None:
                 raise NoParse("not a harmony call header")
         if name is None:
