@@ -59,6 +59,8 @@ _TOOL_CALL_END = re.compile(r"\\?</" + word("tool_call") + ">")
 
 
 def read_hermes(markup: str, tools: ToolSet) -> list[Draft]:
+    """`<tool_call>{"name": ..., "arguments": ...}</tool_call>` (or a list inside), several in a
+    row."""
     r = Reader(markup)
     drafts: list[Draft] = []
     first = True
