@@ -108,8 +108,7 @@ class ResponsesStream:
         leaked one, a response that did not complete)."""
         if self.markup is None or self._tail is None:
             return None
-        sent = self.sent
-        pending = self._tail.finish(calls, sent, self.parts, self.summaries)
+        pending = self._tail.finish(calls, self.sent, self.parts, self.summaries)
         return self._send_all(pending) if pending is not None else None
 
     def _leak(self) -> Text | None:
