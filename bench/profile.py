@@ -2,6 +2,7 @@
 
   .venv/bin/python -m bench.profile --target retry --load nonstream   # spillguard, wrk c=50
   .venv/bin/python -m bench.profile --target floor --load stream      # the floor, 10 streams
+  .venv/bin/python -m bench.profile --target retry --load sustain     # 250 paced streams held
 
 Same pinning as bench.run (proxy on CPU 0; upstream, load and py-spy on CPU 1). py-spy samples
 only the thread holding the GIL (`--gil`), so the shares are of the proxy's Python CPU time; time
@@ -71,9 +72,12 @@ def summarise(raw: Path, top: int = 40) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="retry", choices=["retry", "observe", "floor"])
-    parser.add_argument("--load", default="nonstream", choices=["nonstream", "stream", "one"])
+    loads = ["nonstream", "stream", "one", "sustain"]
+    parser.add_argument("--load", default="nonstream", choices=loads)
     parser.add_argument("--seconds", type=float, default=20)
-    parser.add_argument("--concurrency", type=int, default=0, help="default: 50, 10 for streams")
+    parser.add_argument(
+        "--concurrency", type=int, default=0, help="default: 50; 10 streams; 250 sustained"
+    )
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--sg-arg", action="append", default=[], help="extra spillguard flag")
     args = parser.parse_args(argv)
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plan = Plan(sg_args=args.sg_arg)
     stack = Stack(out)
-    conc = args.concurrency or (50 if args.load == "nonstream" else 10)
+    conc = args.concurrency or {"nonstream": 50, "sustain": 250}.get(args.load, 10)
     try:
         argv_up = [sys.executable, "-m", "bench.upstream", "--port", str(PORTS["upstream"])]
         up = stack.start("upstream", argv_up, LOAD_CPU)
@@ -99,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         def load() -> None:
             if args.load == "nonstream":
                 result.update(wrk(row.port, conc, load_secs, out))
+            elif args.load == "sustain":
+                cmd = ["sustain", "--url", url, "--model", "sustain:20:64", "-c", str(conc)]
+                result.update(loadgen([*cmd, "-d", str(load_secs), "--warmup", "0"]))
             elif args.load == "stream":
                 cmd = ["load", "--stream", "--url", url, "-c", str(conc)]
                 result.update(loadgen([*cmd, "-d", str(load_secs), "--warmup", "0"]))
