@@ -113,3 +113,15 @@ async def test_the_tokens_of_leaked_attempts_are_counted_by_family_and_model(har
     for direction, tokens in (("input", 20), ("output", 10)):  # 10 in, 5 out per attempt
         labels = f'direction="{direction}",family="hermes",model="m"'
         assert f"spillguard_leaked_tokens_total{{{labels}}} {float(tokens)}" in scraped
+
+
+async def test_a_repaired_attempt_is_no_leaked_cost(harness: Any) -> None:
+    h = await harness(Turn(content=HERMES), Turn(content=HERMES), mode="repair")
+    async with h.http() as http:
+        r = await http.post("/chat/completions", json=chat_body())
+        scraped = (await http.get(h.url.removesuffix("/v1") + "/metrics")).text
+    assert r.status_code == 200
+    assert r.headers["x-spillguard-action"] == "repaired"
+    assert HEADER not in r.headers
+    assert 'spillguard_findings_total{family="hermes"' in scraped  # the finding is counted
+    assert "spillguard_leaked_tokens_total{" not in scraped  # its tokens reached the client

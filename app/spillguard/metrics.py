@@ -234,7 +234,7 @@ class Metrics:
         for found in outcome.findings:
             model = self.model(outcome.model)
             self.findings.labels(found.family, model, up).inc()
-            if found.usage is not None:
+            if found.usage is not None and found.repaired is None:  # a repair reached the client
                 tokens = self.leaked_tokens
                 tokens.labels(found.family, model, "input").inc(found.usage.input_tokens)
                 tokens.labels(found.family, model, "output").inc(found.usage.output_tokens)
