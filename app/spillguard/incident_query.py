@@ -73,13 +73,15 @@ def read_incidents(
 
 def incident_stats(target: str | IncidentStore, filters: Filters) -> list[dict[str, Any]]:
     """Counts per model, kind and family, most incidents first, with the tokens the upstream
-    billed for the leaked attempts: the sum over the rows whose reply said (None when none
-    did)."""
+    billed for attempts that leaked: the sum over the rows whose reply said what it cost (None
+    when none did). A repaired attempt is no leaked cost (its reply reached the client as
+    calls), as in spillguard_leaked_tokens_total."""
     where, args = filters.where()
     statement = (
         "SELECT model, kind, family, count(*) AS incidents,"
         " count(DISTINCT request_id) AS requests,"
-        " sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,"
+        " sum(CASE WHEN repaired_calls IS NULL THEN input_tokens END) AS input_tokens,"
+        " sum(CASE WHEN repaired_calls IS NULL THEN output_tokens END) AS output_tokens,"
         f" min(time) AS first, max(time) AS last FROM incidents{where}"
         " GROUP BY model, kind, family"
         " ORDER BY incidents DESC, coalesce(model, ''), kind, family"
