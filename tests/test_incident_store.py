@@ -95,7 +95,7 @@ def test_writes_read_back_in_order(store: IncidentStore) -> None:
     assert got[0]["excerpt"] == HERMES and got[0]["kind"] == "leak"
 
 
-CALLS = '[{"name": "get_weather", "arguments": "{\\"city\\": \\"Lisbon\\"}"}]'
+CALLS = '[{"name":"get_weather","arguments":{"city":"Lisbon"}}]'  # as Outcome.repaired writes
 
 
 def test_what_leaks_cost_and_repairs_made_are_kept(store: IncidentStore) -> None:

@@ -118,6 +118,25 @@ async def test_a_stream_asked_for_usage_records_its_cost(harness: Any, tmp_path:
     assert (row["input_tokens"], row["output_tokens"]) == (10, 5)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_repair_records_the_calls_it_made(
+    harness: Any, tmp_path: Path, stream: bool
+) -> None:
+    db = tmp_path / "incidents.sqlite3"
+    h = await harness(Turn(content=HERMES), mode="repair", incidents_db=str(db))
+    async with h.http() as http:
+        r = await http.post("/chat/completions", json=chat_body(stream=stream))
+    assert r.status_code == 200
+    await h.proxy.stop()
+    h.proxy = None
+    [row] = rows(db)
+    assert (row["action"], row["attempt"], row["family"]) == ("repaired", 1, "hermes")
+    assert json.loads(row["repaired_calls"]) == [
+        {"name": "get_weather", "arguments": {"city": "Lisbon"}}
+    ]
+    assert row["excerpt"] == HERMES  # beside the text it was made of
+
+
 async def test_double_leak_records_both_attempts(harness: Any, tmp_path: Path) -> None:
     db = tmp_path / "incidents.sqlite3"
     h = await harness(Turn(content=DSML), Turn(content=HERMES), incidents_db=str(db))
