@@ -187,3 +187,28 @@ def test_the_budget_is_shared_by_all_calls_of_a_leak() -> None:
     assert read_calls(one * 300, "hermes", tools_with(parameters)) is None
     good = '<tool_call>{"name": "act", "arguments": {"q": "aaa"}}</tool_call>'
     assert read_calls(good * 3, "hermes", tools_with(parameters)) is not None
+
+
+@pytest.mark.parametrize(
+    ("items", "unique"),
+    [
+        ("[1, 2, 3]", True),
+        ("[1, 1.0]", False),
+        ("[1, true]", True),
+        ("[0, false, null]", True),
+        ('[{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}]', False),
+        ('[{"a": 1}, {"a": 2}]', True),
+        ('["1", 1]', True),
+    ],
+)
+def test_unique_items(items: str, unique: bool) -> None:
+    parameters = {"properties": {"xs": {"type": "array", "uniqueItems": True}}}
+    assert (repair(f'{{"xs": {items}}}', parameters) is not None) is unique
+
+
+def test_unique_items_of_a_long_list() -> None:
+    # Pairwise comparison would take hours here; a set takes moments.
+    parameters = {"properties": {"xs": {"type": "array", "uniqueItems": True}}}
+    items = ",".join(f'{{"n": {i}}}' for i in range(40_000))
+    assert repair(f'{{"xs": [{items}]}}', parameters) is not None
+    assert repair(f'{{"xs": [{items},{{"n": 7}}]}}', parameters) is None

@@ -2,14 +2,15 @@
 
 Schemas come from clients, with every request. They are validated by `jsonschema` (it
 interprets the schema; it never generates or runs code from it), the draft chosen by `$schema`
-(2020-12 when absent or unknown). Two things the library would do are closed off, since the
+(2020-12 when absent or unknown). Three things the library would do are closed off, since the
 schema is the client's and the proxy's event loop is everyone's: it fetches a remote `$ref` over
 HTTP (here every validator gets a registry that retrieves nothing, so such a `$ref` is
-unresolvable), and it searches `pattern`s with `re`, without a time limit (here with `regex`,
-all of one validation's searches within PATTERN_SECONDS). A compiled validator is cached per
-schema, keyed by the schema's canonical JSON, in a bounded LRU: the same tools arrive request
-after request. A schema that is itself invalid, or that fails while validating (an unresolvable
-`$ref`, patterns out of time), validates nothing: the caller falls back to the retry.
+unresolvable); it searches `pattern`s with `re`, without a time limit (here with `regex`, all
+of one leak's searches within PATTERN_SECONDS); and it checks `uniqueItems` pairwise (here in
+linear time). A compiled validator is cached per schema, keyed by the schema's canonical JSON,
+in a bounded LRU: the same tools arrive request after request. A schema that is itself invalid,
+or that fails while validating (an unresolvable `$ref`, patterns out of time), validates
+nothing: the caller falls back to the retry.
 """
 
 from __future__ import annotations
@@ -73,9 +74,36 @@ def _pattern_properties(validator: Validator, patterns: Any, instance: Any, sche
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+def _normal(value: Any) -> Any:
+    """Equal values under JSON Schema's equality normalised alike (1 and 1.0; never 1 and
+    true)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items()}
+    return value
+
+
+def _unique_items(validator: Validator, unique: Any, instance: Any, schema: Any) -> Any:
+    """jsonschema's own check compares unsortable items pairwise: quadratic in a list the model
+    wrote. Here each item's canonical JSON goes into a set."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[str] = set()
+    for item in instance:
+        key = json.dumps(_normal(item), sort_keys=True)
+        if key in seen:
+            yield jsonschema.ValidationError(f"{instance!r} has non-unique elements")
+            return
+        seen.add(key)
+
+
 def _drafts() -> dict[str, Validator]:
     """Each draft's validator by its meta-schema URI (without `#`, http or https), its
-    `pattern` keywords searched with a time limit (jsonschema's own use `re`, without one)."""
+    `pattern` keywords searched with a time limit (jsonschema's own use `re`, without one) and
+    `uniqueItems` checked in linear time."""
     out: dict[str, Validator] = {}
     for cls in (
         jsonschema.Draft202012Validator,
@@ -86,7 +114,12 @@ def _drafts() -> dict[str, Validator]:
         jsonschema.Draft3Validator,
     ):
         bounded = jsonschema.validators.extend(
-            cls, {"pattern": _pattern, "patternProperties": _pattern_properties}
+            cls,
+            {
+                "pattern": _pattern,
+                "patternProperties": _pattern_properties,
+                "uniqueItems": _unique_items,
+            },
         )
         uri = str(cls.META_SCHEMA.get("$id", cls.META_SCHEMA.get("id", ""))).rstrip("#")
         out[uri] = out[uri.replace("https://", "http://")] = bounded
