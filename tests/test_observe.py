@@ -80,6 +80,7 @@ async def test_one_json_line_per_request_with_its_fields(harness: Any, lines: Li
     assert line["request_id"] == "r-1"
     assert line["route"] == "chat"
     assert line["mode"] == "retry"
+    assert line["upstream"] == "default"  # the named upstream ([upstreams.NAME]) it went to
     assert line["model"] == "m"
     assert line["stream"] is False
     assert line["status"] == 200

@@ -1,7 +1,6 @@
 """Two scripted upstreams behind one spillguard, at /a/v1 and /b/v1, each with its own injected
-key and its own rule; the default stays at /v1. Runs once asgi.py installs `mounts.Prefixes`
-and picks each request's decision by `Context.target` (see the hookup in
-/work/notes/policy-hookup.md); until then the pieces are tested in test_upstreams.py."""
+key and its own rule; the default stays at /v1 (`mounts.Prefixes` in front of the app, each
+request's decision picked by `Context.target`)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import httpx
 import openai
 import pytest
 
-from spillguard import asgi
 from spillguard.runner import Running, start_background
 from spillguard.scripted import ScriptedUpstream, Turn
 from spillguard.settings import Settings
@@ -20,9 +18,6 @@ from tests.conftest import TOOLS, chat_body
 from tests.samples import HERMES
 from tests.test_metrics import parse, value
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(asgi, "Prefixes"), reason="asgi.py does not serve named upstreams yet"
-)
 LEAK = Turn(content=HERMES)
 FINE = Turn(content="Sunny.")
 

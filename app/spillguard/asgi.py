@@ -24,8 +24,8 @@ from .errors import SpillguardError
 from .lean import Endpoint, Lean
 from .limits import Limits
 from .logs import setup_logging
+from .mounts import Prefixes
 from .observe import Observer
-from .proxy import Decision
 from .settings import Settings
 from .upstream import Upstream
 from .wire import Wire
@@ -43,7 +43,8 @@ class App:
     def __init__(self, fastapi: FastAPI, lean: dict[str, Endpoint], ctx: Context) -> None:
         self.fastapi = fastapi
         self.lean = Lean(fastapi, lean)
-        self.app: ASGIApp = Limits(self.lean, settings=ctx.settings, observer=ctx.observer)
+        limits = Limits(self.lean, settings=ctx.settings, observer=ctx.observer)
+        self.app: ASGIApp = Prefixes(limits, ctx.mounts)  # /NAME/v1 is served as /v1
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
@@ -64,6 +65,8 @@ def create_app(settings: Settings) -> App:
         fields = {"upstream": _shown(upstream)}
         if anthropic is not None:
             fields["anthropic_upstream"] = _shown(anthropic)
+        for name, mount in list(ctx.mounts.items())[1:]:
+            fields[f"upstreams.{name}"] = _shown(mount.upstream)
         log.info("spillguard ready", extra={"fields": fields})
         try:
             yield
@@ -90,9 +93,7 @@ def create_app(settings: Settings) -> App:
     routes.append(_get("/metrics", partial(handlers.metrics, ctx)))
     lean: dict[str, Endpoint] = {}  # request path -> its inspected route's endpoint
     for wire in WIRES:
-        plain = Decision(settings, upstream, wire)
-        routed = Decision(settings, anthropic, wire) if anthropic is not None else plain
-        inspect = partial(handlers.inspected, ctx, plain, routed)
+        inspect = partial(handlers.inspected, ctx, ctx.decisions(wire))
         lean[f"/v1/{wire.path}"] = inspect
         routes.append(Route(f"/v1/{wire.path}", inspect, methods=["POST"]))
     passthrough = partial(handlers.passthrough, ctx)

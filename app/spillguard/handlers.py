@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any, TypeVar, cast
 
 from fastapi import Request
@@ -21,10 +20,11 @@ from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Send
 
-from .context import READY_FOR, Context, ErrorBody, error_body_for, response_ids
+from .context import Context, ErrorBody, error_body_for, response_ids
 from .detect import declared_tools
 from .errors import ClientError, SpillguardError
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .mounts import Target
 from .outcome import Outcome
 from .proxy import Decision, Exchange, Head, action_headers, error_headers, open_upstream
 from .upstream import Upstream, end_to_end
@@ -41,12 +41,8 @@ async def healthz(ctx: Context, request: Request) -> Response:
 
 
 async def readyz(ctx: Context, request: Request) -> Response:
-    now, ready = time.monotonic(), ctx.readiness
-    if now - ready.at > READY_FOR:
-        probes = await asyncio.gather(*(_probe(u) for u in ctx.upstreams))
-        ready.at, ready.ok = now, all(probes)
-    body = {"status": "ready" if ready.ok else "upstream unreachable"}
-    return JSONResponse(body, status_code=200 if ready.ok else 503)
+    ready = await ctx.ready()
+    return JSONResponse(ready.body(), status_code=200 if ready.ok else 503)
 
 
 async def metrics(ctx: Context, request: Request) -> Response:
@@ -58,11 +54,11 @@ async def metrics(ctx: Context, request: Request) -> Response:
 
 
 async def inspected(
-    ctx: Context, decision: Decision, anthropic: Decision, request: Request
+    ctx: Context, decisions: Mapping[Target, Decision], request: Request
 ) -> Response:
     """A route whose replies are inspected (chat completions, responses, messages), through
-    `anthropic` (its wire's decision on the Anthropic upstream) when the request goes there."""
-    decision = anthropic if ctx.goes_anthropic(request) else decision
+    its wire's decision for the upstream the request goes to (`Context.target`)."""
+    decision = decisions[ctx.target(request)]
     outcome = ctx.outcome_for(request, decision.wire.route)
     ctx.observer.trace(request.scope, outcome)
     work = _inspect(ctx, decision, request, outcome)
@@ -81,9 +77,11 @@ async def _inspect(
     if isinstance(obj, dict):
         model = obj.get("model")
         outcome.describe(model if isinstance(model, str) else None, obj.get("stream") is True)
+    # Before forwarding too: a bad x-spillguard-mode is refused even without tools.
+    policy = ctx.policy_for(request.headers, outcome.model, outcome.upstream)
+    outcome.mode = policy.mode.value
     if not isinstance(obj, dict) or not tools.declared:
         return await _forward(ctx, decision.upstream, request, outcome, url, headers, body)
-    policy = ctx.policy_for(request.headers, outcome.model)
     ex = Exchange("POST", url, headers, body, obj, tools, outcome, policy)
     if outcome.stream:
         return await _streamed(ctx, decision, request, ex)
@@ -332,14 +330,3 @@ def _parse(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, RecursionError):
         return None
-
-
-async def _probe(upstream: Upstream) -> bool:
-    """Reachable: any HTTP answer from the upstream's models route counts."""
-    try:
-        async with asyncio.timeout(3):
-            reply = await upstream.open("GET", upstream.url("models", ""), {}, None)
-            reply.close()
-        return True
-    except (SpillguardError, TimeoutError):
-        return False

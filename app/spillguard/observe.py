@@ -30,6 +30,7 @@ LOGGED = (
     "request_id",
     "route",
     "mode",
+    "upstream",
     "stream",
     "model",
     "status",
