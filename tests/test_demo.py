@@ -83,3 +83,27 @@ def test_every_readme_row_is_printed_as_the_readme_shows_it(
     printed = {line.rstrip() for line in demo.stdout.splitlines()}
     for row in documented:
         assert row.rstrip() in printed, row
+
+
+def repair_rows(text: str) -> dict[tuple[str, str], tuple[str, int]]:
+    """The second table's rows (with --mode repair): (scenario, stream) -> (what the client
+    gets, upstream calls)."""
+    out = {}
+    table = text.split("client gets WITH spillguard --mode repair", 1)[1]
+    for line in table.splitlines():
+        cells = re.split(r" {2,}", line.strip())
+        if len(cells) == 4 and cells[1] in ("no", "yes") and cells[3].isdigit():
+            out[cells[0], cells[1]] = (cells[2], int(cells[3]))
+    return out
+
+
+def test_with_repair_every_readable_leak_is_its_call_from_one_upstream_call(
+    demo: subprocess.CompletedProcess[str],
+) -> None:
+    got = repair_rows(demo.stdout)
+    leaks = ("DeepSeek markup leak", "JSON-blob leak", "prose, then a leak", "double leak")
+    scenarios = (*leaks, "Messages: MiniMax leak")
+    assert set(got) == {(s, mode) for s in scenarios for mode in ("no", "yes")}
+    for (scenario, _mode), (client_gets, calls) in got.items():
+        assert client_gets.startswith("tool call get_weather({"), (scenario, client_gets)
+        assert calls == 1, scenario

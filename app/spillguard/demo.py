@@ -18,7 +18,7 @@ import openai
 from . import scripted_anthropic as anthropic
 from .runner import start_background
 from .scripted import Raw, ScriptedUpstream, Turn, call
-from .settings import Settings
+from .settings import Mode, Settings
 from .sse import SSEDecoder
 
 TOOLS = [
@@ -65,6 +65,10 @@ SCENARIOS: dict[str, tuple[Turn, Turn]] = {
     "real tool call": (REAL_CALL, REAL_CALL),
 }
 
+
+# With --mode repair these leaks are answered with the call they spell out, from one upstream
+# call; the double leak's first attempt is as readable as the others.
+REPAIRABLE = ("DeepSeek markup leak", "JSON-blob leak", "prose, then a leak", "double leak")
 
 MESSAGES_SCENARIO = "Messages: MiniMax leak"
 MINIMAX_LEAK = (
@@ -189,7 +193,9 @@ async def run_demo(out: Any = print) -> int:
         upstream=upstream.url, anthropic_upstream=origin, port=0, log_level="ERROR", incidents_db=""
     )
     proxy = await start_background(settings)
+    repairing = await start_background(settings.model_copy(update={"mode": Mode.REPAIR}))
     rows: list[tuple[str, str, str, str, int]] = []
+    repaired: list[tuple[str, str, str, int]] = []
     try:
         direct = openai.AsyncOpenAI(base_url=upstream.url, api_key="demo", max_retries=0)
         guarded = openai.AsyncOpenAI(base_url=proxy.url, api_key="demo", max_retries=0)
@@ -206,7 +212,20 @@ async def run_demo(out: Any = print) -> int:
             with_sg = await ask_messages(proxy.url.removesuffix("/v1"), stream)
             calls = len(claude_like.requests) - before
             rows.append((MESSAGES_SCENARIO, "yes" if stream else "no", without, with_sg, calls))
+        repair = openai.AsyncOpenAI(base_url=repairing.url, api_key="demo", max_retries=0)
+        for question in REPAIRABLE:
+            for stream in (False, True):
+                before = len(upstream.requests)
+                got = await ask(repair, question, stream)
+                calls = len(upstream.requests) - before
+                repaired.append((question, "yes" if stream else "no", got, calls))
+        for stream in (False, True):
+            before = len(claude_like.requests)
+            got = await ask_messages(repairing.url.removesuffix("/v1"), stream)
+            calls = len(claude_like.requests) - before
+            repaired.append((MESSAGES_SCENARIO, "yes" if stream else "no", got, calls))
     finally:
+        await repairing.stop()
         await proxy.stop()
         await claude_like.stop()
         await upstream.stop()
@@ -222,7 +241,22 @@ async def run_demo(out: Any = print) -> int:
     out("Without spillguard the leaked markup or JSON arrives as the answer and the tool never")
     out("runs. With it, a leak is retried once with a corrective instruction; a second leak")
     out("fails with HTTP 502 TEXT_ENCODED_TOOL_CALL (x-should-retry: false) instead of passing.")
-    leaked = [r for r in rows if "tool_call" in r[3] or "｜" in r[3] or '"name"' in r[3]]
+    out("")
+    titles = ("scenario", "stream", "client gets WITH spillguard --mode repair")
+    line = "  ".join(h.ljust(w) for h, w in zip(titles, widths[:3], strict=True))
+    out(line + "  upstream calls")
+    out("-" * len(line + "  upstream calls"))
+    for question, streamed, got, count in repaired:
+        short = (question, streamed, _short(got))
+        out("  ".join(c.ljust(w) for c, w in zip(short, widths[:3], strict=True)) + f"  {count}")
+    out("")
+    out("With --mode repair a readable leak whose arguments fit the tool's schema becomes the")
+    out("structured call it spells out, with no second upstream call; anything else is retried.")
+    leaked = [
+        r
+        for r in [*rows, *((q, s, "", g, c) for q, s, g, c in repaired)]
+        if "tool_call" in r[3] or "｜" in r[3] or '"name"' in r[3]
+    ]
     return 1 if leaked else 0
 
 
