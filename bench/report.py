@@ -890,6 +890,7 @@ def _sustained(data: dict, images: list[str], prefix: str) -> list[str]:
 
 
 BOUND_HEADER = ("row", "rate asked", "req/s done", "p50 ms", "p99 ms", "errors", "within")
+BOUND_HEADER += ("load generator lag ms", "other CPU %")
 
 
 def _bound(data: dict, images: list[str], prefix: str) -> list[str]:
@@ -900,9 +901,11 @@ def _bound(data: dict, images: list[str], prefix: str) -> list[str]:
     parts.append(
         "Open-loop load (bench/loadgen.py `rate`): requests sent at a fixed rate over a pool of "
         "64 connections, whether or not earlier ones have finished; each latency is counted "
-        "from the moment the request was due, so waiting for a free connection counts. A low "
-        "probe first, then a bisection up to the row's closed-loop peak at 50 clients. The "
-        "figure is the highest rate whose p99 stayed under 5 ms with no errors."
+        "from the moment the request was issued, so waiting for a free connection counts. A probe "
+        "at 20 req/s first, then a bisection (in log space) up to the row's closed-loop peak at "
+        "50 clients. The figure is the highest rate whose p99 stayed under 5 ms with no errors. "
+        "*Load generator lag*: the most the generator's own timer woke late (not counted in the "
+        "latency; when it is large, the offered rate was not steady)."
     )
     parts += _charts(images, prefix, "bound.png", ("bound", "bound.png"))
     summary = [[r["label"], _fmt(r["rate"])] for r in bd if "error" not in r]
@@ -922,6 +925,8 @@ def _bound(data: dict, images: list[str], prefix: str) -> list[str]:
                     _fmt(pt.get("latency_ms_p99"), 2),
                     _fmt(pt.get("errors")),
                     "yes" if pt.get("within") else "no",
+                    _fmt(pt.get("scheduler_lag_ms_max"), 2),
+                    _fmt(pt.get("foreign_cpu_pct"), 0),
                 ]
             )
     return [*parts, _table(BOUND_HEADER, table)]
