@@ -44,7 +44,8 @@ WAYS = ["create", "create_stream", "stream_helper"]
 
 async def respond(client: Any, way: str, **extra: Any) -> tuple[Any, dict[str, str]]:
     """The final response as the client reads it, and the response headers."""
-    body: dict[str, Any] = {"model": "m", "input": "weather in Lisbon?", "tools": TOOLS, **extra}
+    body: dict[str, Any] = {"model": "m", "input": "weather in Lisbon?", "tools": TOOLS}
+    body |= {"store": False, **extra}  # a stored response is never repaired: see below
     if way == "create":
         raw = await client.responses.with_raw_response.create(**body)
         return raw.parse(), dict(raw.headers)
@@ -100,6 +101,20 @@ async def test_what_cannot_be_repaired_is_retried(harness: Any, way: str) -> Non
         assert headers["x-spillguard-action"] == "retried"
 
 
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_response_the_upstream_stores_is_retried_not_repaired(
+    harness: Any, way: str
+) -> None:
+    # The upstream would keep the markup, not the calls: a next turn naming this response with
+    # a `function_call_output` for a repaired call would be refused. The retry's call is real.
+    h = await harness(Turn(content=HERMES), REAL, mode="repair")
+    response, headers = await respond(h.client(), way, store=True)
+    assert calls_in(response) == [("get_weather", {"city": "Porto"})]
+    assert h.calls == 2
+    if headers:
+        assert headers["x-spillguard-action"] == "retried"
+
+
 async def test_tool_choice_none_is_never_repaired(harness: Any) -> None:
     h = await harness(Turn(content=HERMES), Turn(content="Sunny."), mode="repair")
     response, headers = await respond(h.client(), "create", tool_choice="none")
@@ -109,7 +124,7 @@ async def test_tool_choice_none_is_never_repaired(harness: Any) -> None:
 
 async def test_the_repaired_stream_events_as_the_sdk_reads_them(harness: Any) -> None:
     h = await harness(Turn(content=PROSE + TWO), mode="repair")
-    body = {"model": "m", "input": "weather in Lisbon?", "tools": TOOLS}
+    body = {"model": "m", "input": "weather in Lisbon?", "tools": TOOLS, "store": False}
     kinds: list[str] = []
     args: dict[int, str] = {}
     async with h.client().responses.stream(**body) as stream:

@@ -138,7 +138,7 @@ class Decision:
         if self.wire.repair_reply is None:
             return None
         markup = self.wire.reply_markup(parsed, finding)
-        calls = repair_calls(ex.policy, ex.obj, ex.tools, finding, markup)
+        calls = repair_calls(ex.policy, ex.obj, ex.tools, finding, markup, self.wire.chaining)
         body = self.wire.repair_reply(data, parsed, finding, prose, calls) if calls else None
         if calls is None or body is None:
             return None
@@ -249,7 +249,8 @@ class Decision:
 
     def _repairable(self, ex: Exchange, stream: Stream) -> Repairable | None:
         """The stream, when its leak would be read out for a repair."""
-        return self.wire.repairable(stream) if may_repair(ex.policy, ex.obj) else None
+        may = may_repair(ex.policy, ex.obj, self.wire.chaining)
+        return self.wire.repairable(stream) if may else None
 
     def _repair_stream(
         self, at: Attempt, stream: Repairable, finding: Finding
@@ -257,7 +258,9 @@ class Decision:
         """What finishes the client's stream with the calls in place of the markup (the prose
         that came with the marker first), when the leak can be repaired."""
         ex = at.ex
-        calls = repair_calls(ex.policy, ex.obj, ex.tools, finding, stream.markup)
+        calls = repair_calls(
+            ex.policy, ex.obj, ex.tools, finding, stream.markup, self.wire.chaining
+        )
         outs = stream.repair(calls) if calls else None
         if calls is None or outs is None:
             return None
