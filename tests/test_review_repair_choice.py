@@ -1,0 +1,134 @@
+"""Review: repairs made where the request would not have accepted such a call from the model.
+
+Sans-IO, through the wires' own records and `repair.repair_calls`, as the decision calls them.
+Each test is a defect found in review, marked xfail(strict) until it is fixed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from spillguard import chat, responses
+from spillguard.detect import declared_tools
+from spillguard.policy import Policy
+from spillguard.repair import repair_calls
+from spillguard.settings import Mode, Settings
+
+POLICY = replace(Policy.of(Settings(upstream="http://127.0.0.1:9/v1")), mode=Mode.REPAIR)
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}}
+SHELL = {"type": "object", "properties": {"command": {"type": "string"}}}
+CHAT_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "run_in_terminal", "parameters": SHELL}},
+]
+SHELL_LEAK = '<tool_call>\n{"name": "run_in_terminal", "arguments": {"command": "ls"}}\n</tool_call>'
+
+
+def chat_reply(content: str) -> dict[str, Any]:
+    message = {"role": "assistant", "content": content}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "choices": [choice]}
+
+
+def chat_repair(body: dict[str, Any], content: str) -> bytes | None:
+    """What the decision answers a whole chat reply with in mode repair (None: the retry)."""
+    tools = declared_tools(body)
+    reply = chat_reply(content)
+    found = chat.WIRE.inspect_reply(reply, tools, POLICY.hold_limit)
+    assert found is not None, "the markup is a finding"
+    finding, prose = found
+    markup = chat.WIRE.reply_markup(reply, finding)
+    calls = repair_calls(POLICY, body, tools, finding, markup, chat.WIRE.chaining)
+    if calls is None:
+        return None
+    assert chat.WIRE.repair_reply is not None
+    return chat.WIRE.repair_reply(json.dumps(reply).encode(), reply, finding, prose, calls)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="repair.py ignores tool_choice allowed_tools: a declared tool outside the allowed "
+    "list is repaired into a call",
+)
+def test_chat_allowed_tools_excludes_a_tool_the_repair_must_not_call() -> None:
+    only_weather = [{"type": "function", "function": {"name": "get_weather"}}]
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": only_weather}}
+    body = {"model": "m", "messages": [], "tools": CHAT_TOOLS, "tool_choice": choice}
+    assert chat_repair(body, SHELL_LEAK) is None  # run_in_terminal is not allowed: retry
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="repair.py ignores Responses' tool_choice allowed_tools: a tool outside the allowed "
+    "list becomes a function_call item",
+)
+def test_responses_allowed_tools_excludes_a_tool_the_repair_must_not_call() -> None:
+    tools_decl = [
+        {"type": "function", "name": "get_weather", "parameters": WEATHER},
+        {"type": "function", "name": "run_in_terminal", "parameters": SHELL},
+    ]
+    choice = {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "get_weather"}],
+    }
+    body = {"model": "m", "input": "hi", "store": False, "tools": tools_decl, "tool_choice": choice}
+    assert responses_repair(body, SHELL_LEAK) is None
+
+
+def responses_repair(body: dict[str, Any], text: str) -> dict[str, Any] | None:
+    tools = declared_tools(body)
+    part = {"type": "output_text", "text": text, "annotations": []}
+    message = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed"}
+    reply = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [{**message, "content": [part]}],
+    }
+    found = responses.WIRE.inspect_reply(reply, tools, POLICY.hold_limit)
+    assert found is not None, "the markup is a finding"
+    finding, prose = found
+    markup = responses.WIRE.reply_markup(reply, finding)
+    calls = repair_calls(POLICY, body, tools, finding, markup, responses.WIRE.chaining)
+    if calls is None:
+        return None
+    assert responses.WIRE.repair_reply is not None
+    raw = responses.WIRE.repair_reply(json.dumps(reply).encode(), reply, finding, prose, calls)
+    return None if raw is None else json.loads(raw)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a Responses custom tool (free-form input) is repaired as a function_call item, "
+    "which no client answers for a custom tool",
+)
+def test_responses_custom_tool_is_not_repaired_as_a_function_call() -> None:
+    declared = [
+        {"type": "custom", "name": "apply_patch", "description": "Apply a patch"},
+        {"type": "function", "name": "get_weather", "parameters": WEATHER},
+    ]
+    body = {"model": "m", "input": "hi", "store": False, "tools": declared}
+    leak = '<tool_call>\n{"name": "apply_patch", "arguments": {"input": "x"}}\n</tool_call>'
+    repaired = responses_repair(body, leak)
+    items = [] if repaired is None else repaired["output"]
+    assert not [i for i in items if i.get("type") == "function_call"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a request declaring legacy `functions` gets its repair as tool_calls with "
+    "finish_reason tool_calls; a functions client reads message.function_call",
+)
+def test_legacy_functions_request_is_not_answered_with_tool_calls() -> None:
+    body = {"model": "m", "messages": [], "functions": [t["function"] for t in CHAT_TOOLS]}
+    raw = chat_repair(body, SHELL_LEAK)
+    if raw is None:
+        return  # retried: acceptable
+    choice = json.loads(raw)["choices"][0]
+    assert choice["finish_reason"] == "function_call"
+    assert choice["message"].get("function_call", {}).get("name") == "run_in_terminal"
