@@ -25,7 +25,9 @@ CHAT_TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
     {"type": "function", "function": {"name": "run_in_terminal", "parameters": SHELL}},
 ]
-SHELL_LEAK = '<tool_call>\n{"name": "run_in_terminal", "arguments": {"command": "ls"}}\n</tool_call>'
+SHELL_LEAK = (
+    '<tool_call>\n{"name": "run_in_terminal", "arguments": {"command": "ls"}}\n</tool_call>'
+)
 
 
 def chat_reply(content: str) -> dict[str, Any]:
