@@ -15,14 +15,13 @@ from typing import Any, TypeVar, cast
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
-from starlette.types import Message, Send
 
 from .context import Context, ErrorBody, error_body_for, response_ids
 from .detect import declared_tools
 from .errors import ClientError, SpillguardError
+from .lean import EventStream
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .mounts import Target
 from .outcome import Outcome
@@ -121,31 +120,16 @@ async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exch
         response = StreamingResponse(rest(), head.status, background=BackgroundTask(done))
         return respond(response, headers)
     cookies = headers.pop("set-cookie", None)
-    sse = _EventSource(
+    sse = EventStream(
         rest(),
-        background=BackgroundTask(done),
-        status_code=head.status,
-        headers=headers,
-        ping=int(ctx.settings.keepalive) or 1,
-        sep="\n",
+        head.status,
+        headers,
+        ping=int(ctx.settings.keepalive) or 1,  # whole seconds, as sse-starlette had them
         # The wire's own keep-alive (a comment, or Messages' `ping` event), sent as its bytes.
-        ping_message_factory=lambda: cast(ServerSentEvent, decision.wire.keepalive),
-        shutdown_grace_period=ctx.settings.graceful_timeout,
+        ping_bytes=decision.wire.keepalive,
+        background=BackgroundTask(done),
     )
-    # sse-starlette adds `Connection: keep-alive`; connection management is the server's.
-    sse.raw_headers = [(k, v) for k, v in sse.raw_headers if k != b"connection"]
     return respond(sse, {"set-cookie": cookies} if cookies else {})
-
-
-class _EventSource(EventSourceResponse):
-    """sse-starlette's response, without a cancel scope around each send when there is no send
-    timeout (there is none here): such a scope never cancels, and costs microseconds a chunk."""
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        if self.send_timeout is None:
-            await send(message)
-        else:
-            await super()._send_with_timeout(send, message)
 
 
 # ---- everything else under /v1 ---------------------------------------------------------------
