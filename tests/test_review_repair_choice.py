@@ -134,3 +134,39 @@ def test_legacy_functions_request_is_not_answered_with_tool_calls() -> None:
     choice = json.loads(raw)["choices"][0]
     assert choice["finish_reason"] == "function_call"
     assert choice["message"].get("function_call", {}).get("name") == "run_in_terminal"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="correction.tool_choice reads a forced hosted tool (Responses {type: file_search}) "
+    "as auto, so a function call the request did not allow is repaired",
+)
+def test_responses_forced_hosted_tool_is_not_answered_with_a_function_call() -> None:
+    declared = [
+        {"type": "file_search", "vector_store_ids": ["vs_1"]},
+        {"type": "function", "name": "run_in_terminal", "parameters": SHELL},
+    ]
+    body = {
+        "model": "m",
+        "input": "hi",
+        "store": False,
+        "tools": declared,
+        "tool_choice": {"type": "file_search"},
+    }
+    assert responses_repair(body, SHELL_LEAK) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="correction.tool_choice does not read Chat's forced custom tool "
+    "({type: custom, custom: {name}}): it is auto, and another tool's call is repaired",
+)
+def test_chat_forced_custom_tool_is_not_answered_with_another_call() -> None:
+    custom = {"type": "custom", "custom": {"name": "grammar_tool"}}
+    body = {
+        "model": "m",
+        "messages": [],
+        "tools": [*CHAT_TOOLS, custom],
+        "tool_choice": {"type": "custom", "custom": {"name": "grammar_tool"}},
+    }
+    assert chat_repair(body, SHELL_LEAK) is None
