@@ -18,3 +18,14 @@ def test_a_password_with_an_at_sign_is_hidden_whole() -> None:
     settings = Settings(upstream="https://user:p@ss-tail@upstream.example/v1")
     shown = render(settings, Origins({}, None))
     assert "ss-tail" not in shown
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="config._without_password leaves userinfo without ':' as it is: a token given as "
+    "the URL's user (https://TOKEN@host) is printed; the startup log drops all userinfo",
+)
+def test_a_token_as_the_urls_user_is_hidden() -> None:
+    settings = Settings(upstream="https://sk-proj-token-in-userinfo@upstream.example/v1")
+    shown = render(settings, Origins({}, None))
+    assert "sk-proj-token-in-userinfo" not in shown
