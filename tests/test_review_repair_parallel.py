@@ -20,7 +20,7 @@ from tests.conftest import chat_body
 
 POLICY = replace(Policy.of(Settings(upstream="http://127.0.0.1:9/v1")), mode=Mode.REPAIR)
 LEAK = '<tool_call>\n{"name": "run_in_terminal", "arguments": {"command": "ls"}}\n</tool_call>'
-REAL = {
+REAL: dict[str, Any] = {
     "id": "call_real",
     "type": "function",
     "function": {"name": "get_weather", "arguments": '{"city": "Porto"}'},
