@@ -181,15 +181,13 @@ def test_usage_on_the_finishing_chunk_is_kept_once() -> None:
     assert chat_view(data).usage == [USAGE]
 
 
-def test_calls_follow_the_structured_calls_already_sent() -> None:
+def test_a_stream_that_made_structured_calls_already_is_not_repaired() -> None:
+    # The retry answers it: a repair beside the model's own call could break
+    # parallel_tool_calls: false, and which of the two the model meant is not the text's to say.
     before = chat_call_chunks(Structured("run_in_terminal", '{"command":"pwd"}'), 0)
     events = [chat_chunk({"role": "assistant", "content": ""}), *before]
     events += leak(cut(HERMES, 20))[1:]
-    data, _ = repaired(new_stream(TOOLS, HOLD, None), events)
-    view = chat_view(data)
-    assert sorted(view.calls[0]) == [0, 1]
-    assert view.calls[0][0] == ["call_1", "run_in_terminal", '{"command":"pwd"}']
-    assert view.calls[0][1][1:] == ["get_weather", LISBON.arguments]
+    unrepaired(new_stream(TOOLS, HOLD, None), events)
 
 
 # ---- streams that are not repaired --------------------------------------------------------------
@@ -295,14 +293,11 @@ def test_a_whole_reply_without_prose_has_null_content() -> None:
     assert json.loads(out)["choices"][0]["message"]["content"] is None
 
 
-def test_a_whole_reply_appends_to_the_calls_it_made() -> None:
+def test_a_whole_reply_that_made_calls_already_is_not_repaired() -> None:
     parsed = json.loads(reply_bytes(HERMES))
     made = {"id": "call_0", "type": "function", "function": {"name": "x", "arguments": "{}"}}
     parsed["choices"][0]["message"]["tool_calls"] = [made]
-    out = repair_whole(json.dumps(parsed).encode())
-    assert out is not None
-    calls = json.loads(out)["choices"][0]["message"]["tool_calls"]
-    assert calls[0] == made and calls[1]["function"]["name"] == "get_weather"
+    assert repair_whole(json.dumps(parsed).encode()) is None
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """Review: repairs made where the request would not have accepted such a call from the model.
 
 Sans-IO, through the wires' own records and `repair.repair_calls`, as the decision calls them.
-Each test is a defect found in review, marked xfail(strict) until it is fixed.
+Each test is a defect found in review, fixed since; each test now holds the fix.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from typing import Any
-
-import pytest
 
 from spillguard import chat, responses
 from spillguard.detect import declared_tools
@@ -51,11 +49,6 @@ def chat_repair(body: dict[str, Any], content: str) -> bytes | None:
     return chat.WIRE.repair_reply(json.dumps(reply).encode(), reply, finding, prose, calls)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="repair.py ignores tool_choice allowed_tools: a declared tool outside the allowed "
-    "list is repaired into a call",
-)
 def test_chat_allowed_tools_excludes_a_tool_the_repair_must_not_call() -> None:
     only_weather = [{"type": "function", "function": {"name": "get_weather"}}]
     choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": only_weather}}
@@ -63,11 +56,6 @@ def test_chat_allowed_tools_excludes_a_tool_the_repair_must_not_call() -> None:
     assert chat_repair(body, SHELL_LEAK) is None  # run_in_terminal is not allowed: retry
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="repair.py ignores Responses' tool_choice allowed_tools: a tool outside the allowed "
-    "list becomes a function_call item",
-)
 def test_responses_allowed_tools_excludes_a_tool_the_repair_must_not_call() -> None:
     tools_decl = [
         {"type": "function", "name": "get_weather", "parameters": WEATHER},
@@ -104,11 +92,6 @@ def responses_repair(body: dict[str, Any], text: str) -> dict[str, Any] | None:
     return None if raw is None else json.loads(raw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Responses custom tool (free-form input) is repaired as a function_call item, "
-    "which no client answers for a custom tool",
-)
 def test_responses_custom_tool_is_not_repaired_as_a_function_call() -> None:
     declared = [
         {"type": "custom", "name": "apply_patch", "description": "Apply a patch"},
@@ -121,11 +104,6 @@ def test_responses_custom_tool_is_not_repaired_as_a_function_call() -> None:
     assert not [i for i in items if i.get("type") == "function_call"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a request declaring legacy `functions` gets its repair as tool_calls with "
-    "finish_reason tool_calls; a functions client reads message.function_call",
-)
 def test_legacy_functions_request_is_not_answered_with_tool_calls() -> None:
     body = {"model": "m", "messages": [], "functions": [t["function"] for t in CHAT_TOOLS]}
     raw = chat_repair(body, SHELL_LEAK)
@@ -136,11 +114,6 @@ def test_legacy_functions_request_is_not_answered_with_tool_calls() -> None:
     assert choice["message"].get("function_call", {}).get("name") == "run_in_terminal"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="correction.tool_choice reads a forced hosted tool (Responses {type: file_search}) "
-    "as auto, so a function call the request did not allow is repaired",
-)
 def test_responses_forced_hosted_tool_is_not_answered_with_a_function_call() -> None:
     declared = [
         {"type": "file_search", "vector_store_ids": ["vs_1"]},
@@ -156,11 +129,6 @@ def test_responses_forced_hosted_tool_is_not_answered_with_a_function_call() -> 
     assert responses_repair(body, SHELL_LEAK) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="correction.tool_choice does not read Chat's forced custom tool "
-    "({type: custom, custom: {name}}): it is auto, and another tool's call is repaired",
-)
 def test_chat_forced_custom_tool_is_not_answered_with_another_call() -> None:
     custom = {"type": "custom", "custom": {"name": "grammar_tool"}}
     body = {

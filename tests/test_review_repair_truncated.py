@@ -1,7 +1,7 @@
 """Review: a reply the upstream did not end as a turn (cut at max tokens, stopped by a content
 filter) is turned into tool calls on Chat and Messages, while Responses retries such a reply
 (`responses_repair.repair_reply`: "incomplete or failed: not a turn"). Each test is a defect
-found in review, marked xfail(strict) until it is fixed."""
+found in review, fixed since; each test now holds the fix."""
 
 from __future__ import annotations
 
@@ -47,21 +47,11 @@ def chat_whole(finish: str) -> dict[str, Any] | None:
     return None if raw is None else json.loads(raw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chat_repair.repair_reply ignores finish_reason: a reply cut at max tokens or "
-    "stopped by the content filter is answered as finish_reason tool_calls",
-)
 @pytest.mark.parametrize("finish", ["length", "content_filter"])
 def test_a_chat_reply_that_did_not_end_its_turn_is_not_repaired(finish: str) -> None:
     assert chat_whole(finish) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="messages_repair.repair_reply ignores stop_reason: a message cut at max_tokens (or "
-    "a refusal) is answered as stop_reason tool_use",
-)
 @pytest.mark.parametrize("stop", ["max_tokens", "refusal"])
 def test_a_message_that_did_not_end_its_turn_is_not_repaired(stop: str) -> None:
     tools = declared_tools({"tools": [{"name": "get_weather", "input_schema": WEATHER}]})
@@ -94,11 +84,6 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return b"data: " + json.dumps({**data, "choices": [choice]}).encode() + b"\n\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a chat stream that finished with `length` is repaired and its finish chunk "
-    "rewritten to tool_calls",
-)
 async def test_a_chat_stream_cut_at_max_tokens_is_not_repaired(harness: Any) -> None:
     events = [
         chunk({"role": "assistant", "content": LEAK}),
@@ -112,11 +97,6 @@ async def test_a_chat_stream_cut_at_max_tokens_is_not_repaired(harness: Any) -> 
     assert '"finish_reason": "length"' in r.text or h.calls == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="messages_repair.stopped_for_calls rewrites any stop_reason (max_tokens too) to "
-    "tool_use: a stream cut at max_tokens is repaired",
-)
 def test_a_messages_stream_cut_at_max_tokens_is_not_repaired() -> None:
     writer = MessagesWriter()
     writer.start()

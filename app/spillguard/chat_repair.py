@@ -1,10 +1,11 @@
 """Repair on the Chat Completions wire: leaked markup answered with the calls it spelled out.
 
-Sans-IO. A whole reply's one choice gets `tool_calls` (after any it already made), its content
-becomes the prose before the markup (or null) and its finish_reason `tool_calls`; only the
-`choices` value is written anew, every other field stays the upstream's bytes. A stream keeps
-what followed its markup in a `Tail`; `stream_repair` then writes the tool-call deltas and the
-finish chunk, and passes the rest (the usage chunk, `[DONE]`) as the upstream sent it.
+Sans-IO. A whole reply's one choice gets `tool_calls`, its content becomes the prose before the
+markup (or null) and its finish_reason `tool_calls`; only the `choices` value is written anew,
+every other field stays the upstream's bytes. A stream keeps what followed its markup in a
+`Tail`; `stream_repair` then writes the tool-call deltas and the finish chunk, and passes the
+rest (the usage chunk, `[DONE]`) as the upstream sent it. A choice that made structured calls
+already, or that ended without ending its turn (`length`, `content_filter`), is not repaired.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any
 from .detect import Call, Finding
 from .rawjson import replace_values
 from .sse import Event, Out, encode_data
+
+# A choice that ended so did not end its turn: cut at the token limit, or stopped by a filter.
+NOT_A_TURN = frozenset({"length", "content_filter"})
 
 
 def _dumps(obj: Any) -> str:
@@ -56,10 +60,11 @@ def repair_reply(
 ) -> bytes | None:
     message = _message(reply, finding)
     choice = _only_choice(reply)
-    made = message.get("tool_calls") if message is not None else None
-    if message is None or choice is None or not isinstance(made, list | None):
+    if message is None or choice is None or message.get("tool_calls"):
+        return None  # a reply with structured calls already is the retry's to answer
+    if choice.get("finish_reason") in NOT_A_TURN:
         return None
-    tool_calls = [*(made or []), *({"id": call_id(), **_call(c)} for c in calls)]
+    tool_calls = [{"id": call_id(), **_call(c)} for c in calls]
     message = {**message, "content": prose if prose.strip() else None, "tool_calls": tool_calls}
     repaired = {**choice, "message": message, "finish_reason": "tool_calls"}
     if repaired.get("logprobs") is not None:
@@ -89,6 +94,7 @@ class Tail:
     choice: int
     closing: dict[str, Any] | None = None
     logprobs: bool = False  # the finishing choice carried a `logprobs` key
+    finish: str | None = None  # the upstream's finish_reason
     events: list[bytes | None] = field(default_factory=list)
     clean: bool = True
 
@@ -101,6 +107,7 @@ class Tail:
         if published and self.closing.get("usage") is not None:
             self.closing["usage"] = None  # already sent with the prose
         self.logprobs = "logprobs" in choice
+        self.finish = choice.get("finish_reason")
         self.events.append(None)
 
     def note(self, event: Event, chunk: Any) -> None:
@@ -121,11 +128,10 @@ class Tail:
                 self.close(chunk, choice, published=False)
 
 
-def stream_repair(tail: Tail, calls: tuple[Call, ...], first: int, done: bytes) -> list[Out] | None:
+def stream_repair(tail: Tail, calls: tuple[Call, ...], done: bytes) -> list[Out] | None:
     """The events that finish the client's stream with `calls` in place of the markup, their
-    indices from `first` (past the structured calls already sent); None unless `tail` is clean
-    and has the finishing chunk."""
-    if not tail.clean or tail.closing is None:
+    indices from 0; None unless `tail` is clean and has a finishing chunk that ended the turn."""
+    if not tail.clean or tail.closing is None or tail.finish in NOT_A_TURN:
         return None
     template = dict(tail.closing)
     if template.get("usage") is not None:
@@ -139,7 +145,7 @@ def stream_repair(tail: Tail, calls: tuple[Call, ...], first: int, done: bytes) 
         return Out(encode_data(_dumps({**head, "choices": [choice]})), True)
 
     outs: list[Out] = []
-    for n, call in enumerate(calls, first):
+    for n, call in enumerate(calls):
         opening = {"index": n, "id": call_id(), **_call(call)}
         opening["function"] = {"name": call.name, "arguments": ""}
         outs.append(chunk(template, {"tool_calls": [opening]}, None))

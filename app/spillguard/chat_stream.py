@@ -281,8 +281,9 @@ class ChatStream:
         and [DONE]. None for a splice, several choices, or anything after the markup."""
         if self._tail is None or self._splice is not None or len(self._guards) != 1:
             return None
-        first = self.tool_next.get(self.finding_choice, 0)
-        return stream_repair(self._tail, calls, first, self.trailer)
+        if self.tool_next.get(self.finding_choice, 0):
+            return None  # structured calls came already: the retry's to answer
+        return stream_repair(self._tail, calls, self.trailer)
 
     def _drain(self, choices: list[Any]) -> None:
         """After a finding, keep reading the leaking choice so its name and family settle."""

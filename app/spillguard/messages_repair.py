@@ -79,6 +79,10 @@ def tool_use_raw(call: Call, block_id: str) -> str | None:
     return dumps(head)[:-1] + ',"input":' + arguments + "}"
 
 
+# A message that stopped so did not end its turn: cut at a token limit, refused, or paused.
+NOT_A_TURN = frozenset({"max_tokens", "model_context_window_exceeded", "refusal", "pause_turn"})
+
+
 def repair_reply(
     raw: bytes, reply: Any, finding: Finding, prose: str, calls: tuple[Call, ...]
 ) -> bytes | None:
@@ -88,6 +92,8 @@ def repair_reply(
     blocks = _blocks(reply)
     k = _leaking(blocks, finding)
     if not calls or k is None or k != len(blocks) - 1:
+        return None
+    if isinstance(reply, dict) and reply.get("stop_reason") in NOT_A_TURN:
         return None
     if any(isinstance(b, dict) and is_call(b.get("type")) for b in blocks):
         return None
@@ -169,6 +175,9 @@ class Tail:
         if self.other or events is None:
             return None
         if self.message_delta is None or self.message_stop is None:  # the message never ended
+            return None
+        delta = self.message_delta.get("delta")
+        if isinstance(delta, dict) and delta.get("stop_reason") in NOT_A_TURN:
             return None
         outs = [new_event(e) for e in events] + [new_event(stopped_for_calls(self.message_delta))]
         return [*outs, Out(self.message_stop.raw)]
