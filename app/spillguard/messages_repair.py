@@ -18,7 +18,7 @@ from typing import Any
 
 from .detect import Call, Finding
 from .messages_events import dumps, is_call, new_event
-from .rawjson import elements, replace_values
+from .rawjson import elements, with_values
 from .sse import Event, Out
 
 _BASE62 = string.digits + string.ascii_letters
@@ -113,14 +113,7 @@ def repair_reply(
     changes = {"content": "[" + ",".join(content) + "]", "stop_reason": '"tool_use"'}
     if isinstance(reply, dict) and reply.get("stop_sequence") is not None:
         changes["stop_sequence"] = "null"  # it stopped for the calls, not a stop sequence
-    spliced = replace_values(raw, changes)
-    if spliced is not None:
-        return spliced
-    values = {key: json.loads(value) for key, value in changes.items()}
-    try:
-        return json.dumps({**reply, **values}, allow_nan=False).encode()
-    except (TypeError, ValueError, RecursionError):
-        return None
+    return with_values(raw, reply, changes)
 
 
 def tool_use_events(calls: tuple[Call, ...], first: int) -> list[dict[str, Any]] | None:

@@ -148,3 +148,17 @@ def replace_values(raw: bytes, values: dict[str, str]) -> bytes | None:
         text, start, end = found
         out = (text[:start] + value + text[end:]).encode("utf-8")
     return out
+
+
+def with_values(raw: bytes, parsed: dict[str, Any], values: dict[str, str]) -> bytes | None:
+    """`raw` with top-level members set to the given raw JSON: spliced into its own bytes when
+    they allow (`replace_values`), else `parsed` written out again with them; None when
+    neither can be done."""
+    spliced = replace_values(raw, values)
+    if spliced is not None:
+        return spliced
+    try:
+        changed = {key: json.loads(value) for key, value in values.items()}
+        return json.dumps({**parsed, **changed}, allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError):
+        return None

@@ -10,13 +10,12 @@ already, or anything after the leaked part, cannot be repaired: the decision ret
 
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from .detect import Call, Finding
-from .rawjson import elements, replace_values
+from .rawjson import elements, with_values
 from .responses_events import TERMINAL, Key, Pending, Sent, Text, dumps, index_of, is_call
 from .responses_splice import close_open_items
 
@@ -124,14 +123,7 @@ def repair_reply(
     changes = {"output": "[" + ",".join([*raws[:i], *map(dumps, new)]) + "]"}
     if isinstance(reply.get("output_text"), str):
         changes["output_text"] = dumps(output_text([*output[:i], *new]))
-    spliced = replace_values(raw, changes)
-    if spliced is not None:
-        return spliced
-    values = {key: json.loads(value) for key, value in changes.items()}
-    try:
-        return json.dumps({**reply, **values}, allow_nan=False).encode()
-    except (TypeError, ValueError, RecursionError):
-        return None
+    return with_values(raw, reply, changes)
 
 
 def call_events(calls: tuple[Call, ...], first: int) -> tuple[list[dict[str, Any]], list[Any]]:
