@@ -128,6 +128,25 @@ async def test_one_process_remembers_the_splice_for_the_next_request(stack: Stac
     assert fc["call_id"] in {i.get("call_id") for i in seen.previous}
 
 
+async def test_a_next_turn_without_tools_is_rewritten_too(stack: Stack) -> None:
+    # Not inspected (no tools), yet it names the spliced response: it must reach the upstream
+    # naming the retry's response, which holds the call the client answers.
+    case = stack.provider.add("bare", (Turn(content=PROSE + HERMES, delay=0.01), REAL, REAL))
+    got = await stream(stack.url("one"), "bare")
+    completed = got[-1]["response"]
+    _, fc = completed["output"]
+    follow = {"model": "bare", "previous_response_id": completed["id"]}
+    follow["input"] = [{"type": "function_call_output", "call_id": fc["call_id"], "output": "21"}]
+    async with httpx.AsyncClient(base_url=stack.url("one"), timeout=30) as http:
+        r = await http.post("/responses", json=follow)
+    assert r.status_code == 200, r.text
+    sent = case.requests[2]["body"]
+    assert sent["previous_response_id"] != completed["id"]
+    seen = case.seen[2]
+    assert seen is not None and seen.previous is not None
+    assert fc["call_id"] in {i.get("call_id") for i in seen.previous}
+
+
 async def test_more_processes_never_splice_a_stored_response(stack: Stack) -> None:
     case = stack.provider.add("stored", (Turn(content=PROSE + HERMES, delay=0.01), REAL))
     got = await stream(stack.url("workers"), "stored")

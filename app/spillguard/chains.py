@@ -7,6 +7,8 @@ once its retry has completed, before the client can hold the id to name it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .exchange import Exchange
 from .idmap import IdMap, LocalIdMap
 from .settings import Settings
@@ -21,9 +23,13 @@ class Chains:
 
     def rewrite(self, ex: Exchange) -> None:
         """The request as it goes upstream, naming what the client received."""
-        found = self.chaining.request(ex.body, ex.obj, self.ids) if self.chaining else None
-        if found is not None:
-            ex.body, ex.obj = found
+        ex.body, ex.obj = self.request(ex.body, ex.obj)
+
+    def request(self, body: bytes, obj: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+        """A request (raw, parsed) naming what the client received; as it was when it names
+        no splice. Requests that are not inspected (no tools) go through this too."""
+        found = self.chaining.request(body, obj, self.ids) if self.chaining else None
+        return found if found is not None else (body, obj)
 
     def stored(self, ex: Exchange) -> bool:
         """The upstream keeps this request's response, so a later request may name it."""

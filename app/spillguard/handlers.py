@@ -80,6 +80,8 @@ async def _inspect(
     policy = ctx.policy_for(request.headers, outcome.model, outcome.upstream)
     outcome.mode = policy.mode.value
     if not isinstance(obj, dict) or not tools.declared:
+        if isinstance(obj, dict):  # a next turn without tools may still name a splice
+            body = decision.chains.request(body, obj)[0]
         return await _forward(ctx, decision.upstream, request, outcome, url, headers, body)
     ex = Exchange("POST", url, headers, body, obj, tools, outcome, policy)
     if outcome.stream:
