@@ -1,7 +1,8 @@
 """Review: a table option given by a variable (`SPILLGUARD_RULES`, `SPILLGUARD_UPSTREAMS`) that
 is not JSON makes `spillguard config show` (and `serve`) end in a traceback
 (pydantic_settings.SettingsError escapes `cli.load`), where every other bad value is one line
-naming the key and the reason. Marked xfail(strict) until it is fixed."""
+naming the key and the reason. Fixed: `config.Environment` turns it into a `ConfigError`
+naming the variable (`SPILLGUARD_RULES: not JSON: ...`)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,6 @@ def env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.load catches ValidationError and ConfigError only; a variable's bad JSON "
-    "raises pydantic_settings.SettingsError, a traceback",
-)
 @pytest.mark.parametrize("variable", ["SPILLGUARD_RULES", "SPILLGUARD_UPSTREAMS"])
 def test_a_table_variable_that_is_not_json_is_a_clear_error(
     variable: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

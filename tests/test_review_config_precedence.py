@@ -1,7 +1,8 @@
 """Review: precedence is flag > environment > file > default, key by key. `loosening_keys`
 set by a variable (or a flag) should replace the file's `[[proxy_keys]]` marks, as `config
 show` says it does (it names the variable as the value's origin); the file's marked keys
-keep loosening instead. Marked xfail(strict) until it is fixed."""
+kept loosening instead. Fixed: `ConfigFile` drops the file's marks when a flag or a variable
+gives `loosening_keys` (those keys stay proxy keys)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,6 @@ key = "file-user-key"
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="settings._key_entries appends the file's may_loosen keys to the variable's "
-    "loosening_keys: the file's key still loosens after the environment overrode it",
-)
 def test_the_variable_replaces_the_files_loosening_keys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -39,11 +35,6 @@ def test_the_variable_replaces_the_files_loosening_keys(
     assert loosening == ["env-admin-key"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a loosening_keys flag (keyword) is merged with the file's may_loosen keys "
-    "instead of replacing them",
-)
 def test_the_flag_replaces_the_files_loosening_keys(tmp_path: Path) -> None:
     path = tmp_path / "spillguard.toml"
     path.write_text(FILE)

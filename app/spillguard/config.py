@@ -5,8 +5,9 @@ Precedence is flag > `SPILLGUARD_*` variable > file > default, key by key. The f
 with `_`), beside `[upstreams.NAME]`, `[[rules]]` and `[[proxy_keys]]` tables (`settings.py`).
 
 A file that cannot be used fails before anything starts: `ConfigError` when it cannot be read,
-is not TOML or has a key that is no option; a `ValidationError` for a value, which `explain`
-turns into one line per problem naming the key, the reason and where the value came from.
+is not TOML or has a key that is no option (or when a table option's variable is not JSON); a
+`ValidationError` for a value, which `explain` turns into one line per problem naming the key,
+the reason and where the value came from.
 `render` prints the resolved settings (secrets as `***`) for `spillguard config check|show`.
 """
 
@@ -16,14 +17,17 @@ import difflib
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from enum import Enum
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr, ValidationError
-from pydantic_settings import BaseSettings, TomlConfigSettingsSource
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, TomlConfigSettingsSource
+from pydantic_settings.exceptions import SettingsError
 
 from .incident_store import is_postgres
 
@@ -45,9 +49,15 @@ class ConfigError(ValueError):
 
 
 class ConfigFile(TomlConfigSettingsSource):
-    """The file as a settings source: every top-level key must be an option."""
+    """The file as a settings source: every top-level key must be an option.
 
-    def __init__(self, settings_cls: type[BaseSettings], path: str) -> None:
+    `above` names the options a flag or a variable gives: they replace the file's. For
+    `loosening_keys` that means the keys its `[[proxy_keys]]` mark `may_loosen` loosen no more
+    (they stay proxy keys)."""
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], path: str, above: Collection[str] = ()
+    ) -> None:
         self.path = path
         file = Path(path).expanduser()
         if not file.is_file():
@@ -61,6 +71,9 @@ class ConfigFile(TomlConfigSettingsSource):
         ]
         if problems:
             raise ConfigError("\n".join(problems))
+        entries = self.init_kwargs.get("proxy_keys")
+        if "loosening_keys" in above and isinstance(entries, list):
+            self.init_kwargs["proxy_keys"] = [_unmarked(entry) for entry in entries]
 
     def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
         try:
@@ -70,6 +83,33 @@ class ConfigFile(TomlConfigSettingsSource):
             raise ConfigError(f"{self.path}: cannot read it: {exc.strerror}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{self.path}: not valid TOML: {exc}") from None
+
+
+class Environment(EnvSettingsSource):
+    """The `SPILLGUARD_*` variables as a settings source: a table option's variable
+    (`SPILLGUARD_RULES`, `SPILLGUARD_UPSTREAMS`) that is not JSON is a `ConfigError` naming it."""
+
+    def __call__(self) -> dict[str, Any]:
+        try:
+            return super().__call__()
+        except SettingsError as exc:
+            if isinstance(exc.__cause__, ConfigError):
+                raise exc.__cause__ from None
+            raise
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError as exc:
+            variable = ENV_PREFIX + field_name.upper()
+            raise ConfigError(f"{variable}: not JSON: {exc}") from None
+
+
+def _unmarked(entry: object) -> object:
+    """A `[[proxy_keys]]` table without its `may_loosen = true` (a bad value is left to fail)."""
+    if isinstance(entry, dict) and entry.get("may_loosen") is True:
+        return {**entry, "may_loosen": False}
+    return entry
 
 
 def _unknown(key: str, settings_cls: type[BaseSettings]) -> str:
@@ -180,12 +220,16 @@ def render(settings: Settings, origin: Origins) -> str:
 
 
 def _without_password(url: str) -> str:
-    """An upstream URL with the password of any userinfo in it as ***."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.partition("@")
-    if not at or "/" in userinfo or ":" not in userinfo:
+    """An upstream URL with its userinfo's secrets as ***: the password whole (the userinfo ends
+    at the last '@', as aiohttp reads it), or the user when no password follows it (a token
+    given as the user). A user name before a password is shown, as for incidents_db."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
         return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:{SECRET}@{host}"
+    user, colon, _ = userinfo.partition(":")
+    masked = f"{user}:{SECRET}" if colon else SECRET
+    return urlunsplit(parts._replace(netloc=f"{masked}@{host}"))
 
 
 def summary(settings: Settings) -> list[str]:

@@ -28,7 +28,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from .config import CONFIG_ENV, ConfigFile, env_secret, key_entry
+from .config import CONFIG_ENV, ConfigFile, Environment, env_secret, key_entry
 from .policy import Mode as Mode  # re-exported: the modes are options
 from .policy import ModeHeader as ModeHeader
 from .rules import Rule
@@ -232,12 +232,15 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Flags (the keyword arguments) over the environment over the file."""
-        given = getattr(init_settings, "init_kwargs", {}).get("config")
-        path = given if given is not None else os.environ.get(CONFIG_ENV)
+        """Flags (the keyword arguments) over the environment (`config.Environment`, not
+        `env_settings`: its bad JSON names the variable) over the file."""
+        flags = getattr(init_settings, "init_kwargs", {})
+        environment = Environment(settings_cls)
+        path = flags["config"] if flags.get("config") is not None else os.environ.get(CONFIG_ENV)
         if not path:
-            return init_settings, env_settings
-        return init_settings, env_settings, ConfigFile(settings_cls, path)
+            return init_settings, environment
+        above = set(flags) | set(environment())
+        return init_settings, environment, ConfigFile(settings_cls, path, above)
 
     @field_validator("upstream")
     @classmethod
@@ -253,7 +256,8 @@ class Settings(BaseSettings):
     @classmethod
     def _key_entries(cls, data: Any) -> Any:
         """`proxy_keys` entries that are tables (`key` or `key_env`, and `may_loosen`) become
-        plain keys, those marked `may_loosen` listed in `loosening_keys` too."""
+        plain keys, those marked `may_loosen` listed in `loosening_keys` too (a flag or a
+        variable giving `loosening_keys` replaces the file's marks: `ConfigFile`)."""
         if not isinstance(data, dict) or not isinstance(data.get("proxy_keys"), list | tuple):
             return data
         plain: list[Any] = []
