@@ -1,6 +1,6 @@
 """Review: an incident row keeps at most `incident_excerpt_limit` characters of leaked text;
-a repaired finding's calls are that text's content, yet are stored whole. Marked
-xfail(strict) until it is fixed."""
+a repaired finding's calls are that text's content, and were stored whole. Fixed:
+`incidents.cut_calls` keeps them whole when they fit, else cut and ending in `CUT`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from spillguard.detect import Call
-from spillguard.incidents import rows_for
+from spillguard.incidents import CUT, rows_for
 from spillguard.outcome import Outcome
 
 SECRET_BODY = "line of a private file\n" * 400  # what a write_file call carries
@@ -24,14 +24,20 @@ def repaired_outcome() -> Outcome:
     return outcome
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="incidents.rows_for cuts the excerpt to incident_excerpt_limit but stores "
-    "repaired_calls whole (with the limit 0, the leaked content is still kept)",
-)
 @pytest.mark.parametrize("limit", [0, 100])
 def test_repaired_calls_keep_no_more_leaked_text_than_the_limit(limit: int) -> None:
     [row] = rows_for(repaired_outcome(), limit, lambda text: text, "2026-12-01T00:00:00Z")
     assert len(row.excerpt) <= limit
     kept = row.repaired_calls or ""
     assert len(kept) <= limit, f"{len(kept)} characters of the leaked call stored"
+
+
+def test_repaired_calls_that_fit_are_kept_whole_and_others_end_in_the_cut_mark() -> None:
+    whole = repaired_outcome().findings[0].repaired
+    assert whole is not None
+    [fits] = rows_for(repaired_outcome(), len(whole), lambda text: text, "2026-12-01T00:00:00Z")
+    assert fits.repaired_calls == whole and json.loads(whole)
+    [cut] = rows_for(repaired_outcome(), 100, lambda text: text, "2026-12-01T00:00:00Z")
+    assert cut.repaired_calls == whole[:99] + CUT
+    [none] = rows_for(repaired_outcome(), 0, lambda text: text, "2026-12-01T00:00:00Z")
+    assert none.repaired_calls == ""  # not NULL: the row still reads as a repair

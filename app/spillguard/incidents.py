@@ -65,6 +65,18 @@ def storable(text: str) -> str:
     return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
+CUT = "\u2026"  # ends repaired calls cut to the limit: no JSON array ends so
+
+
+def cut_calls(calls: str, limit: int) -> str:
+    """A repair's calls (a JSON array) whole when they fit in `limit` characters, else their
+    first limit - 1 characters and CUT ('' with the limit 0): they carry the leaked text, kept
+    no longer than the excerpt. Never NULL, which reads as no repair (incident_query)."""
+    if len(calls) <= limit:
+        return calls
+    return calls[: limit - 1] + CUT if limit else ""
+
+
 def rows_for(
     outcome: Outcome, excerpt_limit: int, clean: Callable[[str], str], when: str
 ) -> list[Incident]:
@@ -72,6 +84,11 @@ def rows_for(
 
     def text(value: str | None) -> str | None:
         return None if value is None else clean(storable(value))
+
+    def calls(value: str | None) -> str | None:
+        # Cleaned before it is cut, so that a cut cannot leave part of a secret unredacted.
+        cleaned = text(value)
+        return None if cleaned is None else cut_calls(cleaned, excerpt_limit)
 
     def row(found: Leak | Irregularity) -> Incident:
         # An anomaly has no text: the structured call itself is the evidence.
@@ -93,7 +110,7 @@ def rows_for(
             kind=found.kind if isinstance(found, Irregularity) else LEAK,
             input_tokens=usage.input_tokens if usage else None,
             output_tokens=usage.output_tokens if usage else None,
-            repaired_calls=text(leak.repaired) if leak else None,
+            repaired_calls=calls(leak.repaired) if leak else None,
             upstream=text(outcome.upstream),
             uid=uuid.uuid4().hex,
         )
