@@ -41,3 +41,11 @@ def test_repaired_calls_that_fit_are_kept_whole_and_others_end_in_the_cut_mark()
     assert cut.repaired_calls == whole[:99] + CUT
     [none] = rows_for(repaired_outcome(), 0, lambda text: text, "2026-12-01T00:00:00Z")
     assert none.repaired_calls == ""  # not NULL: the row still reads as a repair
+
+
+def test_a_secret_across_the_limit_is_redacted_before_the_cut() -> None:
+    secret = "sk-proxy-key-0123456789"
+    outcome = Outcome("sg-2", "chat", "observe")
+    outcome.finding("hermes", "run", 1, "x" * 10 + secret + " tail")
+    [row] = rows_for(outcome, 20, lambda text: text.replace(secret, "***"), "2026-12-01T00:00:00Z")
+    assert row.excerpt == "x" * 10 + "*** tail"[:10] and row.excerpt_chars == 38

@@ -105,7 +105,7 @@ def rows_for(
             tool_name=text(found.tool_name),
             action=str(outcome.action),
             attempt=found.attempt,
-            excerpt=clean(storable(excerpt[:excerpt_limit])),
+            excerpt=clean(storable(excerpt))[:excerpt_limit],  # cut once clean: no part of a secret
             excerpt_chars=len(excerpt),
             kind=found.kind if isinstance(found, Irregularity) else LEAK,
             input_tokens=usage.input_tokens if usage else None,
