@@ -59,51 +59,69 @@ def _openers(end: str) -> str:
 
 
 # Where something may happen in ordinary text. Everything between two matches is published as is.
-# No part of it looks at the end of the text, so it may be searched within a window.
-_EVENT = re.compile(
+# No part of it looks at the end of the text, so it may be searched within a window. The events
+# that open at a line start are tried only where lines start (`window_event`); every other one
+# starts with a literal character that tells its kind, so `re` skips the rest at C speed.
+_LINE_EVENT = re.compile(
     r"(?P<fence>^ {0,3}(?:(?:[-*+]|\d{1,9}[.)])[ \t]{1,4})?(?:`{3,}|~{3,}))"
     r"|(?P<directive>^[ \t]{0,16}\.\.[ \t]{1,4}[\w-]{1,40}::)"
-    r"|(?P<start>^ {0,3}(?=[fA|｜‖]))"
-    r"|(?P<cand>" + _openers("") + r"|\\(?=[<\[])"
-    r"|(?:(?<=assistant)|(?<=commentary)|(?<=analysis)|(?<=final)|(?<=[.!?:>\n]))"
-    r" (?=to=functions\.)"
-    r"|(?<!\w)f(?=unctools\[))"
-    r"|(?P<tick>`+)"
-    r"|(?P<rst>::[ \t]{0,16}(?=\r?\n))"
-    r"|(?P<triple>\"\"\"|''')",
+    r"|(?P<start>^ {0,3}(?=[fA|｜‖]))",
     re.M,
 )
+_CHAR_EVENT = re.compile(
+    _openers("") + r"|\\(?=[<\[])"
+    r"| (?:(?<=assistant )|(?<=commentary )|(?<=analysis )|(?<=final )|(?<=[.!?:>\n] ))"
+    r"(?=to=functions\.)"
+    r"|f(?<!\wf)(?=unctools\[)"
+    r"|``*"
+    r"|::[ \t]{0,16}(?=\r?\n)"
+    r'|"""'
+    r"|'''"
+)
+_CHAR_KIND = {"`": "tick", ":": "rst", '"': "triple", "'": "triple"}  # any other: "cand"
 # At the very end of the text seen so far: what may still become an event once more arrives.
-_AT_END = re.compile(
+# No part of either spans a newline, so both are looked for in the last line only.
+_LINE_AT_END = re.compile(
     r"(?P<indent>^ {1,3}\Z)"  # a line start's indentation: a marker there starts the finding
     r"|(?P<start>^ {0,3}(?=[fA|｜‖\\][^\n]{0,15}\Z))"  # `Action:`, `functions.`... still coming
     r"|(?P<wait>^ {0,3}(?:[-*+]|\d{1,9}[.)]?)?[ \t]{0,4}[`~]{0,2}\Z"  # a fence, or
-    r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z"  # a directive, or
-    r"|::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z)"  # `::`, triple quotes
-    r"|(?P<cand>[<\[\]◁\\][^\n]?\Z"  # a marker's first characters, at the very end
-    r"|(?:(?<=assistant)|(?<=commentary)|(?<=analysis)|(?<=final)|(?<=[.!?:>\n]))"
-    r" (?:" + _prefixes("to=functions.") + r")\Z"
-    r"|(?<!\w)f(?:" + _prefixes("unctools[") + r")\Z)",
+    r"|^[ \t]{0,16}\.(?:\.(?:[ \t]{1,4}[\w-]{0,40}:?)?)?\Z)",  # a directive
     re.M,
 )
-# How far before the end `_AT_END` looks: from a last line's start when a directive may be
+_CHAR_AT_END = re.compile(
+    r"::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z"  # waiting: `::`, triple quotes
+    r"|<[^\n]?\Z|\[[^\n]?\Z|\][^\n]?\Z|◁[^\n]?\Z|\\[^\n]?\Z"  # a marker's first characters
+    r"| (?:(?<=assistant )|(?<=commentary )|(?<=analysis )|(?<=final )|(?<=[.!?:>\n] ))"
+    r"(?:" + _prefixes("to=functions.") + r")\Z"
+    r"|f(?<!\wf)(?:" + _prefixes("unctools[") + r")\Z"
+)
+_WAITS_AT_END = frozenset(":\"'")  # the first characters of `_CHAR_AT_END`'s waiting kind
+# How far before the end `_at_end` looks: from a last line's start when a directive may be
 # forming there (`.. ` plus a name of up to 40 characters and `::`), else the partials after it
 # (`::` with spaces, a recipient's ` to=functions`, `functools[`).
 _LINE_END_REACH = 64
 _PARTIAL_REACH = 16
-# Where an event can begin, found at C speed before `_EVENT` looks closer: the characters that
-# open markers, code spans and fences, and the literals of the rarer events. `_EVENT` looks from
+# Where an event can begin, found at C speed before `window_event` looks closer: the characters that
+# open markers, code spans and fences, and the literals of the rarer events. It looks from
 # _REACH characters before such a place (its line starts and look-behinds need that) to
 # _WINDOW after it.
-_TRIGGER = re.compile(_openers(r"|\Z") + r"|\\(?=[<\[]|\Z)|[`~]")
-_LITERALS = re.compile(r"to=functions\.|functools\[|Action:|function|DSM|\"\"\"|'''|::|\.\.")
+# One search finds both. Every alternative starts with a literal character, so `re` skips the
+# characters that start none at C speed; a recipient is found by its `=` (`t` is too common a
+# first character), and begins two characters before it.
+_TRIGGER = re.compile(
+    _openers(r"|\Z") + r"|\\(?=[<\[]|\Z)|`|~"
+    r"|=(?<=to=)functions\.|functools\[|Action:|function|DSM|\"\"\"|'''|::|\.\."
+)
 # A delta with none of these characters can begin no event on a line already past its start
 # (`feed`'s fast path); the last two guard the tail partials of a recipient and `functools[`.
-_QUIET = re.compile(r"[<\[\]◁`\\~\n:=]|'''|\"\"\"|['\"]\Z")
+_QUIET = re.compile(r"<|\[|\]|◁|`|\\|~|\n|:|=|'''|\"\"\"|'\Z|\"\Z")
+# Every alternative of both starts with a literal character, so `re` skips the others at C speed.
 _QUIET_TAIL = re.compile(
-    r"(?:assistant|commentary|analysis|final|[.!?>]) ?[a-z=]{0,13}\Z"
-    r"|(?<!\w)f(?:" + _prefixes("unctools[") + r")\Z"
+    r"assistant ?[a-z=]{0,13}\Z|commentary ?[a-z=]{0,13}\Z|analysis ?[a-z=]{0,13}\Z"
+    r"|final ?[a-z=]{0,13}\Z|\. ?[a-z=]{0,13}\Z|! ?[a-z=]{0,13}\Z|\? ?[a-z=]{0,13}\Z"
+    r"|> ?[a-z=]{0,13}\Z|f(?<!\wf)(?:" + _prefixes("unctools[") + r")\Z"
 )
+_QUIET_TAIL_REACH = 24  # its longest match: `commentary`, a space and 13 letters
 # How far into a line its start may still matter to an event at the end of the text: its
 # indentation, a fence run after a list marker, `Action:`, `functions.`, `|DSML|` (directives
 # are told by their leading `..`).
@@ -117,6 +135,38 @@ _FENCE_LINE = re.compile(r"^[ \t]{0,64}(?:([`~]{1,64})[ \t]{0,64}\r?)?(?:\n|\Z)"
 # Inside a reST literal block of indentation K: the first line that ends it.
 _RST_END = tuple(re.compile(rf"^ {{0,{k}}}[^ \t\r\n]", re.M) for k in range(33))
 _HTML_CLOSE = re.compile(r"</(?:pre|code)[ \t]{0,8}>", re.I)
+
+
+Event = tuple[str, int, int]  # (kind, start, end) of an event in the text
+
+
+def window_event(t: str, lo: int, hi: int) -> Event | None:
+    """The first event in `t[lo:hi]`: a line event where a line starts, unless a character event
+    begins before that line (at the same place, the line event wins)."""
+    c = _CHAR_EVENT.search(t, lo, hi)
+    top = c.start() if c is not None else hi - 1  # the last place a line event may begin
+    p = lo if lo == 0 or t[lo - 1] == "\n" else t.find("\n", lo, top) + 1 or -1
+    while 0 <= p <= top:
+        m = _LINE_EVENT.match(t, p, hi)
+        if m is not None:
+            return m.lastgroup or "", m.start(), m.end()
+        p = t.find("\n", p, top) + 1 or -1
+    if c is None:
+        return None
+    return _CHAR_KIND.get(t[c.start()], "cand"), c.start(), c.end()
+
+
+def end_event(t: str, start: int) -> Event | None:
+    """The first event from `start` on that may still form at the end of the text."""
+    line = t.rfind("\n") + 1
+    if line >= start:
+        m = _LINE_AT_END.match(t, line)
+        if m is not None:
+            return m.lastgroup or "", m.start(), m.end()
+    c = _CHAR_AT_END.search(t, max(start, line))
+    if c is None:
+        return None
+    return ("wait" if t[c.start()] in _WAITS_AT_END else "cand"), c.start(), c.end()
 
 
 class _Block(Enum):
@@ -189,9 +239,9 @@ class Scanner:
         self._opening_ok = True
         self._opening_run = False  # its run of fence characters may still go on
         self._ticks = 0  # a backtick run still going on at the end of the text seen
-        # Within one `_judge` call: where each literal and trigger next occurs, and how far the
+        # Within one `_judge` call: where the next trigger occurs, and how far the
         # search for the current line's start has gone.
-        self._next: dict[str, int] = {}
+        self._next = -1
         self._scanned = 0
         self._line_rel = -1
         self._rst_next = -1  # the line ending now opens a reST literal block this indented
@@ -243,17 +293,22 @@ class Scanner:
         if self._marker_family is not None:
             self._keep_markup(text)
             return ""
-        self._pending.append(text)
-        self._pending_len += len(text)
-        fresh = self._after_probe is None
-        if self._quiet(text):
+        tail = self._tail + text
+        quiet = self._quiet(text, tail)
+        if quiet:
             self._pos += len(text)
             if len(self._head) < _LINE_CAP:
                 self._head += text[: _LINE_CAP - len(self._head)]
-            self._tail = (self._tail + text)[-_CONTEXT:]
+            self._tail = tail[-_CONTEXT:]
             self._ctx = len(self._tail)
-        else:
-            self._tail += text
+            if not self._pending and not self._blob_possible():  # the common case: pass it on
+                self._published = self._seen
+                return text
+        self._pending.append(text)
+        self._pending_len += len(text)
+        fresh = self._after_probe is None
+        if not quiet:
+            self._tail = tail
             self._judge(final=False)
         if self._marker_family is None:
             if self._probe is not None and self._probe.alive:
@@ -292,6 +347,11 @@ class Scanner:
         return self._release()
 
     # ---- publishing --------------------------------------------------------------------------
+
+    def _blob_possible(self) -> bool:
+        return (self._probe is not None and self._probe.alive) or (
+            self._after_probe is not None and self._after_probe.alive
+        )
 
     def _safe(self) -> int:
         if self._probe is not None and self._probe.alive:
@@ -351,25 +411,26 @@ class Scanner:
             return True
         return first != "" and first not in _LINE_OPENERS
 
-    def _quiet(self, text: str) -> bool:
+    def _quiet(self, text: str, tail: str) -> bool:
         """Nothing in `text` can begin an event or finish one the judge is waiting on: the
         judge has nothing undecided, is in plain text, well into a line, and `text` has none of
-        the characters any event needs (nor ends in a partial recipient or `functools[`)."""
+        the characters any event needs (nor does `tail`, the context and `text`, end in a
+        partial recipient or `functools[`)."""
         return (
             self._ctx == len(self._tail)
+            and self._tail[-1:] not in ".!?:>"
+            and _QUIET.search(text) is None
             and self._block is _Block.TEXT
             and not (self._opening or self._ticks or self._closer_next or self._rst_next >= 0)
             and self._line_settled()
-            and self._tail[-1:] not in ".!?:>"
-            and _QUIET.search(text) is None
-            and _QUIET_TAIL.search(self._tail + text) is None  # the tail is its context
+            and _QUIET_TAIL.search(tail, max(0, len(tail) - _QUIET_TAIL_REACH)) is None
         )
 
     def _judge(self, final: bool) -> None:
         """Read the undecided text as far as it can be decided; keep the rest for later."""
         t, i = self._tail, self._ctx
         self._held = False
-        self._next, self._scanned, self._line_rel = {}, i, -1
+        self._next, self._scanned, self._line_rel = -1, i, -1
         while i < len(t):
             if self._block is _Block.TEXT:
                 i = self._text(t, i, final)
@@ -424,26 +485,31 @@ class Scanner:
 
     def _next_event(self, t: str, i: int) -> int:
         """The first place from `i` on where an event can begin, or len(t) if none can."""
-        first = len(t)
-        cache = self._next
-        for key, pattern in (("c", _TRIGGER), ("l", _LITERALS)):
-            at = cache.get(key, -1)
-            if at < i:
-                m = pattern.search(t, i)
-                at = cache[key] = m.start() if m else len(t)
-            first = min(first, at)
-        return first
+        at = self._next
+        if at < i:
+            m = _TRIGGER.search(t, i)
+            while m is not None and t[m.start()] == "=" and m.start() - 2 < i:
+                m = _TRIGGER.search(t, m.start() + 1)  # a recipient begun before `i`
+            at = len(t) if m is None else m.start() - (2 if t[m.start()] == "=" else 0)
+            self._next = at
+        return at
 
-    def _at_end(self, t: str, i: int) -> re.Match[str] | None:
-        """An event that may still form at the end of the text: looked for from the start of a
-        short last line (its start may matter), else in the last characters only."""
+    def _at_end(self, t: str, i: int, bound: int) -> Event | None:
+        """An event that may still form at the end of the text, beginning no later than
+        `bound`: looked for from the start of a short last line (its start may matter), else in
+        the last characters only."""
         n = len(t)
         newline = t.rfind("\n", max(i - 1, n - _LINE_END_REACH))
         if newline >= 0 and (
             n - newline <= _LINE_START_REACH + 1 or t[newline + 1 :].lstrip(" \t")[:1] == "."
         ):
-            return _AT_END.search(t, max(i, newline + 1))
-        return _AT_END.search(t, max(i, n - _PARTIAL_REACH))
+            start = max(i, newline + 1)
+        else:
+            start = max(i, n - _PARTIAL_REACH)
+        if start > bound:
+            return None
+        end = end_event(t, start)
+        return end if end is not None and end[1] <= bound else None
 
     def _text(self, t: str, i: int, final: bool) -> int:
         if self._opening is not None:
@@ -463,44 +529,44 @@ class Scanner:
             return self._backticks(t, i, i, final)
         n = len(t)
         first = self._next_event(t, i)
-        m = None
+        event = None
         if first < n:
-            m = _EVENT.search(t, max(i, first - _REACH), min(n, first + _WINDOW))
+            event = window_event(t, max(i, first - _REACH), min(n, first + _WINDOW))
         if not final:
-            end = self._at_end(t, i)
             # Only when nothing may begin before it: an empty window says nothing past itself.
-            bound = m.start() if m is not None else first if first < n else n
-            if end is not None and end.start() <= bound:
-                m = end
+            bound = event[1] if event is not None else first if first < n else n
+            end = self._at_end(t, i, bound)
+            if end is not None:
+                event = end
         newline = t.find("\n", i) if self._rst_next >= 0 else -1
-        if newline >= 0 and (m is None or m.start() > newline):
+        if newline >= 0 and (event is None or event[1] > newline):
             self._block, self._rst_indent, self._rst_next = _Block.RST, self._rst_next, -1
             return newline + 1
-        if m is None:  # nothing began at that place: look on from just after it
+        if event is None:  # nothing began at that place: look on from just after it
             return n if first >= n else first + 1
-        kind, j = m.lastgroup, m.start()
+        kind, j, e = event
         if kind == "cand":
             return self._candidate(t, j, final, at_start=False)
         if kind == "start":
-            return self._candidate(t, m.end(), final, at_start=True)
+            return self._candidate(t, e, final, at_start=True)
         if kind == "indent":
             return self._stop(j, held=True)
         if kind == "wait":
             return self._stop(j, held=False)
         if kind == "tick":
-            return self._backticks(t, j, m.end(), final)
+            return self._backticks(t, j, e, final)
         if kind == "fence":
-            run = m.group().lstrip(" -*+.)0123456789\t")
+            run = t[j:e].lstrip(" -*+.)0123456789\t")
             self._opening, self._opening_ok = (run[0], len(run)), True
             self._opening_run = True
-            return m.end()
+            return e
         if kind == "triple":
-            self._block, self._triple = _Block.TRIPLE, m.group()
-            return m.end()
+            self._block, self._triple = _Block.TRIPLE, t[j:e]
+            return e
         # A reST literal block opens after this line: `text::` at its end, or a directive.
         head = self._line(t, j)[1]
         self._rst_next = min(len(head) - len(head.lstrip(" ")), len(_RST_END) - 1)
-        return m.end()
+        return e
 
     def _opener_line(self, t: str, i: int, final: bool) -> int:
         """The rest of a line that starts with a fence run: a fence when its info string has no
