@@ -19,7 +19,16 @@ inspected.
 How it runs. Sans-IO: pure functions and small state machines, no asyncio or HTTP imports. One
 `Scanner` serves both paths: a stream feeds it each delta and publishes what it returns; a whole
 reply is the same scanner fed once and finished, so the two cannot disagree. Each character is
-read a bounded number of times, and every regular expression sees a bounded window.
+read a bounded number of times, and every regular expression sees a bounded window. Text with
+nothing that could start a marker, code span, fence, blob or closer costs about one regular
+expression scan (and a stream delta of it a few checks).
+
+Modules. `tools` reads what a request declared; `markers` is the table of spellings; `events`
+says where in text something may happen and which spelling opens there; `blocks` reads past the
+text that is only shown (fences, reST literal blocks, triple quotes, HTML code); `judge` is the
+markup judge built on both; `blob` probes for a whole-answer blob; `scanner` runs the judge and
+the probe over one field and decides what may be published; `turn` decides one assistant turn
+(content, reasoning and structured calls); `anomalies` names malformed structured calls.
 
 Repair. `read_calls(markup, family, tools)` turns a finding's markup (`TurnScanner.markup`: the
 text from `Finding.start` on, bounded by the hold limit) into the `Call`s the model meant, for

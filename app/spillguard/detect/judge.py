@@ -1,0 +1,285 @@
+"""The markup judge: where in a text a marker of `markers` begins, outside what is only shown.
+
+It finds the places where a marker could begin (an opening character of a spelling, mid-line or
+at a line start) outside the places where text is only shown (Markdown fences, indented code,
+`>` quotes, inline code spans, reST literal blocks, Python triple-quoted strings, HTML
+`<pre>`/`<code>`, a marker wrapped in quotation marks), and holds the text from such a place only
+while it could still become a marker. Its verdicts depend only on the characters seen, never on
+how they were cut.
+
+It keeps only the text it has not decided yet (`tail`, after a few characters of context) and
+the head of the current line; regular expressions (`events`) skip the rest, so each character is
+read a bounded number of times.
+"""
+
+from __future__ import annotations
+
+from .blocks import MAX_RST_INDENT, Block, BlockReader
+from .events import (
+    LINE_OPENERS,
+    LINE_START_REACH,
+    QUIET,
+    QUIET_TAIL,
+    QUIET_TAIL_REACH,
+    REACH,
+    TRIGGER,
+    UNDECIDED,
+    WAITING,
+    WINDOW,
+    Opened,
+    at_end,
+    opens,
+    window_event,
+)
+from .markers import Kind, Scope
+
+_LINE_CAP = 256  # of a line only its head is kept: enough for indentation, quotes and fences
+_CONTEXT = 16  # characters kept before the undecided text: line starts, quotes, glued words
+_QUOTES = frozenset("\"'`“‘«„")
+
+
+class Judge(BlockReader):
+    """Reads one field's text as it arrives. `pos` is the absolute offset where the undecided
+    text starts (`held`: it could still open a marker); `marker` is (start, family) once one has
+    opened, after which nothing more is read; `first_closer` is where the text after the first
+    reasoning closer starts (-1 before one)."""
+
+    def __init__(self, tool_names: frozenset[str]) -> None:
+        super().__init__()
+        self._names = tool_names
+        self.tail = "\n"  # context, then the undecided text; the text starts at a line start
+        self._ctx = 1
+        self.pos = 0
+        self.marker: tuple[int, str] | None = None
+        self.first_closer = -1
+        self._line_start = 0  # where the line holding `pos` starts
+        self._head = ""  # its first _LINE_CAP characters seen so far
+        self._ticks = 0  # a backtick run still going on at the end of the text seen
+        # Within one `run`: where the next trigger occurs, and how far the search for the
+        # current line's start has gone.
+        self._next = -1
+        self._scanned = 0
+        self._line_rel = -1
+        self._rst_next = -1  # the line ending now opens a reST literal block this indented
+        self._code: tuple[int, int] | None = None  # (line start, backtick run) of a code span
+        self._after_closer = -1  # where the text after a reasoning closer starts
+        self._closer_next = False  # the text right after a closer is still to be judged
+
+    def feed(self, text: str) -> bool:
+        """Read the next text; True when it was quiet: nothing in it needed a closer look."""
+        tail = self.tail + text
+        if self._quiet(text, tail):
+            self.pos += len(text)
+            if len(self._head) < _LINE_CAP:
+                self._head += text[: _LINE_CAP - len(self._head)]
+            self.tail = tail[-_CONTEXT:]
+            self._ctx = len(self.tail)
+            return True
+        self.tail = tail
+        self.run(final=False)
+        return False
+
+    def _line_settled(self) -> bool:
+        """The current line's start can no longer matter to an event at the end of the text:
+        it is far enough behind, or its first character opens nothing a line start can."""
+        first = self._head.lstrip(" ")[:1]
+        if first == ".":  # a reST directive names itself late
+            return False
+        if self.pos - self._line_start >= LINE_START_REACH:
+            return True
+        return first != "" and first not in LINE_OPENERS
+
+    def _quiet(self, text: str, tail: str) -> bool:
+        """Nothing in `text` can begin an event or finish one the judge is waiting on: the
+        judge has nothing undecided, is in plain text, well into a line, and `text` has none of
+        the characters any event needs (nor does `tail`, the context and `text`, end in a
+        partial recipient or `functools[`)."""
+        return (
+            self._ctx == len(self.tail)
+            and self.tail[-1:] not in ".!?:>"
+            and QUIET.search(text) is None
+            and self._block is Block.TEXT
+            and not (self._opening or self._ticks or self._closer_next or self._rst_next >= 0)
+            and self._line_settled()
+            and QUIET_TAIL.search(tail, max(0, len(tail) - QUIET_TAIL_REACH)) is None
+        )
+
+    def run(self, final: bool) -> None:
+        """Read the undecided text as far as it can be decided; keep the rest for later."""
+        t, i = self.tail, self._ctx
+        self.held = False
+        self._next, self._scanned, self._line_rel = -1, i, -1
+        while i < len(t):
+            if self._block is Block.TEXT:
+                i = self._text(t, i, final)
+            elif self._block is Block.FENCE:
+                i = self._in_fence(t, i, final)
+            elif self._block is Block.RST:
+                i = self._in_rst(t, i, final)
+            elif self._block is Block.TRIPLE:
+                i = self._in_triple(t, i, final)
+            else:
+                i = self._in_html(t, i, final)
+            if self.marker is not None:
+                return
+            if i < 0:  # stopped: -i - 2 is where the undecided text starts
+                i = -i - 2
+                break
+        self._keep(t, min(i, len(t)))
+
+    def _keep(self, t: str, i: int) -> None:
+        """Everything before `i` is decided: move the line bookkeeping past it."""
+        done = t[self._ctx : i]
+        newline = done.rfind("\n")
+        if newline >= 0:
+            self._line_start = self.pos + newline + 1
+            self._head = done[newline + 1 : newline + 1 + _LINE_CAP]
+        elif len(self._head) < _LINE_CAP:
+            self._head += done[: _LINE_CAP - len(self._head)]
+        self.pos += len(done)
+        context = t[max(0, i - _CONTEXT) : i]
+        self.tail, self._ctx = context + t[i:], len(context)
+
+    def _abs(self, i: int) -> int:
+        return self.pos + i - self._ctx
+
+    def _line(self, t: str, j: int) -> tuple[int, str]:
+        """(absolute start, head) of the line holding tail index `j`. Calls come in increasing
+        `j`: each part of the tail is searched for a newline once."""
+        if j > self._scanned:
+            newline = t.rfind("\n", self._scanned, j)
+            if newline >= 0:
+                self._line_rel = newline + 1
+            self._scanned = j
+        if self._line_rel >= 0:
+            at = self._line_rel
+            return self._abs(at), t[at : at + _LINE_CAP]
+        rest = t[self._ctx : self._ctx + _LINE_CAP - len(self._head)]
+        return self._line_start, self._head + rest
+
+    def _next_event(self, t: str, i: int) -> int:
+        """The first place from `i` on where an event can begin, or len(t) if none can."""
+        at = self._next
+        if at < i:
+            m = TRIGGER.search(t, i)
+            while m is not None and t[m.start()] == "=" and m.start() - 2 < i:
+                m = TRIGGER.search(t, m.start() + 1)  # a recipient begun before `i`
+            at = len(t) if m is None else m.start() - (2 if t[m.start()] == "=" else 0)
+            self._next = at
+        return at
+
+    def _text(self, t: str, i: int, final: bool) -> int:
+        if self._opening is not None:
+            return self._opener_line(t, i, final)
+        if self._closer_next:  # right after a closer, whatever its first character
+            k = i
+            while k < len(t) and k - i < 3 and t[k] == " ":
+                k += 1
+            if k == len(t) and not final:
+                return self._stop(i, held=False)
+            if k < len(t) and (t[k].isalnum() or t[k] in "_{|｜‖"):
+                after = self._candidate(t, k, final, at_start=False)
+                self._closer_next = after < 0 and self.held  # still undecided
+                return after
+            self._closer_next = False
+        if self._ticks:
+            return self._backticks(t, i, i, final)
+        n = len(t)
+        first = self._next_event(t, i)
+        event = None
+        if first < n:
+            event = window_event(t, max(i, first - REACH), min(n, first + WINDOW))
+        if not final:
+            # Only when nothing may begin before it: an empty window says nothing past itself.
+            bound = event[1] if event is not None else first if first < n else n
+            end = at_end(t, i, bound)
+            if end is not None:
+                event = end
+        newline = t.find("\n", i) if self._rst_next >= 0 else -1
+        if newline >= 0 and (event is None or event[1] > newline):
+            self._block, self._rst_indent, self._rst_next = Block.RST, self._rst_next, -1
+            return newline + 1
+        if event is None:  # nothing began at that place: look on from just after it
+            return n if first >= n else first + 1
+        kind, j, e = event
+        if kind == "cand":
+            return self._candidate(t, j, final, at_start=False)
+        if kind == "start":
+            return self._candidate(t, e, final, at_start=True)
+        if kind == "indent":
+            return self._stop(j, held=True)
+        if kind == "wait":
+            return self._stop(j, held=False)
+        if kind == "tick":
+            return self._backticks(t, j, e, final)
+        if kind == "fence":
+            run = t[j:e].lstrip(" -*+.)0123456789\t")
+            self._opening, self._opening_ok = (run[0], len(run)), True
+            self._opening_run = True
+            return e
+        if kind == "triple":
+            self._block, self._triple = Block.TRIPLE, t[j:e]
+            return e
+        # A reST literal block opens after this line: `text::` at its end, or a directive.
+        head = self._line(t, j)[1]
+        self._rst_next = min(len(head) - len(head.lstrip(" ")), MAX_RST_INDENT)
+        return e
+
+    def _backticks(self, t: str, j: int, end: int, final: bool) -> int:
+        """A run of backticks from `j` to `end` (plus `_ticks` of it before the text seen so
+        far): it opens or closes an inline code span on its line once it has ended."""
+        while end < len(t) and t[end] == "`":
+            end += 1
+        if end == len(t) and not final:  # the run may go on in the next delta
+            self._ticks += end - j
+            return end
+        start = self._line(t, j)[0]
+        run, self._ticks = self._ticks + end - j, 0
+        if self._code is not None and self._code[0] == start:
+            if self._code[1] == run:
+                self._code = None
+        else:
+            self._code = (start, run)
+        return end
+
+    def _candidate(self, t: str, j: int, final: bool, at_start: bool) -> int:
+        """Judge the place `j` where a marker may begin."""
+        start, head = self._line(t, j)
+        indent = len(head) - len(head.lstrip(" "))
+        if (
+            head[indent : indent + 1] in (">", "\t")
+            or indent > 3
+            or (self._code is not None and self._code[0] == start)
+            or t[j - 1] in _QUOTES
+        ):
+            return j + 1
+        at = self._abs(j)
+        line_start = at_start or at - start == indent
+        gap = at - self._after_closer
+        after_closer = 0 <= gap <= 3 and not t[max(0, j - gap) : j].strip(" ")
+        scope = Scope.START if line_start or after_closer else Scope.MID
+        opened = opens(t, j, scope, final)
+        if opened is None:
+            return j + 1
+        if opened == UNDECIDED:  # from the line start: a finding there starts at the line start
+            return self._stop(j - (at - start) if line_start else j, held=True)
+        if opened == WAITING:
+            return self._stop(j, held=False)
+        assert isinstance(opened, Opened)
+        spelling, name = opened.spelling, opened.name
+        if spelling.kind is Kind.CLOSER:
+            self._after_closer, self._closer_next = self._abs(opened.end), True
+            if self.first_closer < 0:
+                self.first_closer = self._after_closer
+            return opened.end
+        if spelling.kind is Kind.HTML_CODE:
+            self._block = Block.HTML
+            return opened.end
+        if spelling.declared and name not in self._names:
+            return j + 1
+        if spelling.after_closer and not after_closer:
+            return j + 1
+        if spelling.glued_to and not t[max(0, j - 5) : j].lower().endswith(spelling.glued_to):
+            return j + 1
+        self.marker, self.tail = (start if line_start else at, spelling.family), ""
+        return len(t)
