@@ -385,6 +385,23 @@ def _duration(text: str) -> float:
     return h * 3600 + m * 60 + s
 
 
+def test_the_compose_config_files_example_is_valid(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Shipped as comments (it changes nothing); uncommented, its example is a working policy.
+    text = (DEPLOY / "spillguard.toml").read_text(encoding="utf-8")
+    assert tomllib.loads(text) == {}
+    lines = text[text.index("# [upstreams.xai]") :].splitlines()
+    example = tmp_path / "spillguard.toml"
+    example.write_text("\n".join(line.removeprefix("# ") for line in lines), encoding="utf-8")
+    monkeypatch.setenv("XAI_API_KEY", "xai-test-key")
+    settings = settings_from_env(
+        monkeypatch, {"SPILLGUARD_CONFIG": str(example), "XAI_API_KEY": "xai-test-key"}
+    )
+    assert list(settings.upstreams) == ["xai"]
+    assert [(r.model, r.mode.value) for r in settings.rules] == [("grok-*", "fail")]
+
+
 def test_compose_service_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     compose = _compose()
     sg = compose["services"]["spillguard"]
@@ -396,6 +413,11 @@ def test_compose_service_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     (env_name,) = sg["env_file"]
     assert (DEPLOY / f"{env_name}.example").is_file(), "env_file without its .example"
     env = image_env() | env_file(DEPLOY / f"{env_name}.example") | sg["environment"]
+    # The config file the container reads is the one mounted from deploy/, read-only.
+    mounts = {v.split(":")[1]: v.split(":") for v in sg["volumes"]}
+    source, _, mode = mounts[env["SPILLGUARD_CONFIG"]]
+    assert mode == "ro" and (DEPLOY / source).is_file()
+    env["SPILLGUARD_CONFIG"] = str(DEPLOY / source)
     settings = settings_from_env(monkeypatch, env)
     assert _duration(sg["stop_grace_period"]) > settings.graceful_timeout
     assert settings.host == "0.0.0.0"
