@@ -36,14 +36,10 @@ def test_a_whole_reply_with_a_call_already_gets_no_second_one() -> None:
     finding, prose = found
     markup = chat.WIRE.reply_markup(reply, finding)
     calls = repair_calls(POLICY, body, tools, finding, markup, chat.WIRE.chaining)
-    if calls is None:
-        return  # retried: right
+    assert calls is not None  # the leak alone is one readable call ...
     assert chat.WIRE.repair_reply is not None
     raw = chat.WIRE.repair_reply(json.dumps(reply).encode(), reply, finding, prose, calls)
-    if raw is None:
-        return
-    made = json.loads(raw)["choices"][0]["message"]["tool_calls"]
-    assert len(made) == 1, [c["function"]["name"] for c in made]
+    assert raw is None  # ... but beside the reply's own call it is the retry's to answer
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:

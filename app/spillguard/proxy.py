@@ -135,8 +135,8 @@ class Decision:
     ) -> bytes | None:
         """The reply with the calls its markup spells out, when it can be repaired."""
         finding, prose = found
-        if self.wire.repair_reply is None:
-            return None
+        if self.wire.repair_reply is None or not may_repair(ex.policy, ex.obj, self.wire.chaining):
+            return None  # in retry or fail mode, no markup is read out
         markup = self.wire.reply_markup(parsed, finding)
         calls = repair_calls(ex.policy, ex.obj, ex.tools, finding, markup, self.wire.chaining)
         body = self.wire.repair_reply(data, parsed, finding, prose, calls) if calls else None
