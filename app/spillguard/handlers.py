@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from .context import Context, ErrorBody, error_body_for, response_ids
 from .detect import declared_tools
 from .errors import ClientError, SpillguardError
-from .lean import EventStream
+from .eventstream import EventStream
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .mounts import Target
 from .outcome import Outcome
