@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from . import schema
+from . import schema, values
 from .calls_json import JSON_PARSERS
 from .calls_python import PYTHON_PARSERS
 from .calls_tokens import TOKEN_PARSERS
@@ -37,19 +36,13 @@ class Call:
     arguments: str  # compact JSON text of an object, typed and validated by the tool's schema
 
 
-def _typed(value: Any, declared: Any, key: str) -> Any:
-    if isinstance(value, schema.Untyped):
-        return schema.type_text(value.text, schema.property_schema(declared, key))
-    return value
-
-
 def _settle(draft: Draft, tools: ToolSet) -> Call | None:
     """The call a draft makes, when it names a declared tool and its arguments, typed by that
     tool's schema, validate against it."""
     if draft.name not in tools.names:
         return None
     declared = tools.schemas.get(draft.name)
-    arguments = {k: _typed(v, declared, k) for k, v in draft.arguments.items()}
+    arguments = values.typed(draft.arguments, declared)
     if declared is not None and not schema.valid(arguments, declared):
         return None
     try:

@@ -21,8 +21,8 @@ from .reading import (
     token,
     word,
 )
-from .schema import Untyped
 from .tools import ToolSet
+from .values import Untyped
 
 # ---- DeepSeek ---------------------------------------------------------------------------------
 

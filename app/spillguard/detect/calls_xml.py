@@ -25,8 +25,8 @@ from .reading import (
     loads,
     word,
 )
-from .schema import Untyped
 from .tools import ToolSet
+from .values import Untyped
 
 _CDATA = re.compile(r"\s*<!\[CDATA\[(.*)\]\]>\s*", re.S)
 

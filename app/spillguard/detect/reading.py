@@ -26,7 +26,7 @@ class NoParse(Exception):
 @dataclass(frozen=True)
 class Draft:
     """A call as read from the markup: the name as written, the arguments in the model's key
-    order, values still `schema.Untyped` where the family writes bare text."""
+    order, values still `values.Untyped` where the family writes bare text."""
 
     name: str
     arguments: dict[str, Any]

@@ -1,4 +1,4 @@
-"""A tool's declared JSON Schema: typing text values by it, and validating arguments against it.
+"""A tool's declared JSON Schema: validating a call's arguments against it.
 
 Schemas come from clients, with every request. They are validated by `jsonschema` (it
 interprets the schema; it never generates or runs code from it), the draft chosen by `$schema`
@@ -10,19 +10,17 @@ of one leak's searches within PATTERN_SECONDS); and it checks `uniqueItems` pair
 linear time). A compiled validator is cached per schema, keyed by the schema's canonical JSON,
 in a bounded LRU: the same tools arrive request after request. A schema that is itself invalid,
 or that fails while validating (an unresolvable `$ref`, patterns out of time), validates
-nothing: the caller falls back to the retry.
+nothing: the caller falls back to the retry. Bare-text values are typed by the schema
+beforehand, in `values`.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -130,16 +128,9 @@ _DRAFTS = _drafts()
 _DEFAULT = _DRAFTS["https://json-schema.org/draft/2020-12/schema"]
 
 
-# An empty registry's `retrieve` refuses every URI: only refs within the schema resolve.
-_LOCAL_ONLY: Registry[Any] = Registry()
-
-
-@dataclass(frozen=True)
-class Untyped:
-    """A parameter value the model wrote as bare text (XML-ish families): its JSON type is
-    decided by the tool's schema."""
-
-    text: str
+# An empty registry's `retrieve` refuses every URI: only refs within the schema resolve (the
+# validators and `values`' typing both use it).
+LOCAL_ONLY: Registry[Any] = Registry()
 
 
 def canonical(schema: Any) -> str:
@@ -160,7 +151,7 @@ def _compiled(key: str) -> Validator | None:
         else:
             return None
         cls.check_schema(schema)
-        return cls(schema, registry=_LOCAL_ONLY)
+        return cls(schema, registry=LOCAL_ONLY)
     except Exception:  # a client's schema may break the library in any way: no repair
         return None
 
@@ -184,97 +175,3 @@ def valid(arguments: Mapping[str, Any], schema: Any) -> bool:
             return bool(check.is_valid(arguments))
         except Exception:  # an unresolvable $ref, patterns out of time: no repair
             return False
-
-
-# ---- typing bare text by the schema ---------------------------------------------------------
-
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]{0,400})(?:\.[0-9]{1,400})?(?:[eE][+-]?[0-9]{1,4})?")
-
-
-def _number(word: str) -> int | float | None:
-    """A JSON number's value, or None (an int only for an integer literal)."""
-    if _NUMBER.fullmatch(word) is None:
-        return None
-    if word.lstrip("-").isdigit():
-        return int(word)
-    value = float(word)
-    return value if math.isfinite(value) else None
-
-
-def _types(schema: Any) -> set[str]:
-    """The JSON types a property schema admits (from `type`, `enum`/`const`, and the branches of
-    `anyOf`/`oneOf`); empty when it says nothing."""
-    if not isinstance(schema, dict):
-        return set()
-    out: set[str] = set()
-    declared = schema.get("type")
-    if isinstance(declared, str):
-        out.add(declared)
-    elif isinstance(declared, list):
-        out.update(t for t in declared if isinstance(t, str))
-    for key in ("anyOf", "oneOf"):
-        branches = schema.get(key)
-        if isinstance(branches, list):
-            for branch in branches:
-                out |= _types(branch)
-    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
-    if isinstance(values, list):
-        for value in values:
-            out.add(_json_type(value))
-    return out
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def type_text(text: str, schema: Any) -> Any:
-    """The value bare `text` stands for under a property's schema. A schema that admits a string
-    (or says nothing) keeps the text verbatim; otherwise the first admitted type the text reads
-    as wins; text that reads as none stays a string, for validation to refuse."""
-    types = _types(schema)
-    if not types or "string" in types:
-        return text
-    word = text.strip()
-    if "null" in types and word == "null":
-        return None
-    if "boolean" in types and word in ("true", "false"):
-        return word == "true"
-    if types & {"integer", "number"}:
-        number = _number(word)
-        if isinstance(number, float) and "number" not in types:
-            number = int(number) if number.is_integer() else None  # 3.0 is an integer
-        if number is not None:
-            return number
-    if types & {"object", "array"}:
-        try:
-            value = json.loads(word)
-        except (ValueError, RecursionError):
-            return text
-        if ("object" in types and isinstance(value, dict)) or (
-            "array" in types and isinstance(value, list)
-        ):
-            return value
-    return text
-
-
-def property_schema(schema: Any, key: str) -> Any:
-    """The schema a key's value is held to: its `properties` entry, else a schema-valued
-    `additionalProperties`, else None (nothing said)."""
-    if not isinstance(schema, dict):
-        return None
-    props = schema.get("properties")
-    if isinstance(props, dict) and key in props:
-        return props[key]
-    extra = schema.get("additionalProperties")
-    return extra if isinstance(extra, dict) else None
