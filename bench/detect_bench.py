@@ -7,12 +7,20 @@ shows up as a timeout instead of hanging the run.
 
   python -m bench.detect_bench                      # every case, a table on stdout
   python -m bench.detect_bench case prose 1 whole   # one case, JSON on stdout
+
+`hot` times what the proxy pays per request and per event on the bench's own request, reply and
+stream (µs, best of 7 batches); `ab OLD NEW` runs `hot` against two source trees (their `app/`
+folders) in alternating subprocesses and prints the medians side by side:
+
+  taskset -c 0 python -m bench.detect_bench ab /tmp/old/app app --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import time
@@ -159,6 +167,79 @@ def run_all(
     return rows
 
 
+def _best_us(fn: Any, n: int, batches: int = 7) -> float:
+    best = float("inf")
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best * 1e6
+
+
+def run_hot(n: int = 2000) -> dict[str, float]:
+    """The detection core's per-request and per-event costs on the bench's own traffic."""
+    from spillguard import chat
+    from spillguard.detect import TurnScanner, declared_tools
+    from spillguard.sse import SSEDecoder
+
+    from .payloads import chat_request
+    from .upstream import completion_body, stream_events
+
+    body = json.loads(chat_request("bench"))
+    reply = json.loads(completion_body("bench"))
+    tools = declared_tools(body)
+    hold = 256 * 1024
+    events = stream_events("bench")
+    raw = b"".join(events)
+    deltas = []
+    for event in events:
+        payload = event[6:-2]
+        if payload != b"[DONE]":
+            for choice in json.loads(payload).get("choices") or []:
+                text = choice.get("delta", {}).get("content")
+                if text:
+                    deltas.append(text)
+
+    def scan() -> None:
+        turn = TurnScanner(tools, hold)
+        feed = turn.feed_content
+        for text in deltas:
+            feed(text)
+        turn.finish()
+
+    def edit() -> None:
+        stream = chat.new_stream(tools, hold, None)
+        for event in SSEDecoder().feed(raw):
+            stream.feed(event)
+        stream.finish()
+
+    m = max(20, n // 40)
+    return {
+        "inspect_reply(reply)": _best_us(lambda: chat.inspect_reply(reply, tools, hold), n),
+        "declared_tools(request)": _best_us(lambda: declared_tools(body), n),
+        "TurnScanner(tools)": _best_us(lambda: TurnScanner(tools, hold), n),
+        "TurnScanner.feed_content, per prose delta": _best_us(scan, m) / len(deltas),
+        "decode + ChatStream.feed, per event": _best_us(edit, m) / len(events),
+    }
+
+
+def run_ab(old: str, new: str, rounds: int) -> dict[str, tuple[float, float]]:
+    """`hot` against two source trees, alternating, `rounds` times each: the medians."""
+    samples: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
+    for _ in range(rounds):
+        for side, path in (("old", old), ("new", new)):
+            env = {**os.environ, "PYTHONPATH": path}
+            cmd = [sys.executable, "-m", "bench.detect_bench", "hot"]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+            for step, us in json.loads(done.stdout).items():
+                samples[side].setdefault(step, []).append(us)
+    return {
+        step: (statistics.median(samples["old"][step]), statistics.median(samples["new"][step]))
+        for step in samples["new"]
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="benchmark the detection core")
     sub = parser.add_subparsers(dest="cmd")
@@ -167,12 +248,23 @@ def main(argv: list[str] | None = None) -> None:
     case.add_argument("mb", type=int)
     case.add_argument("mode", choices=["whole", "stream"])
     case.add_argument("--repeat", type=int, default=3)
+    sub.add_parser("hot")
+    ab = sub.add_parser("ab")
+    ab.add_argument("old", help="the old tree's app/ folder")
+    ab.add_argument("new", help="the new tree's app/ folder")
+    ab.add_argument("--rounds", type=int, default=5)
     every = sub.add_parser("all")
     every.add_argument("--timeout", type=float, default=120)
     every.add_argument("--cpu", default=None, help="pin each case with taskset -c CPU")
     args = parser.parse_args(argv)
     if args.cmd == "case":
         print(json.dumps(run_case(args.kind, args.mb, args.mode, args.repeat)))
+    elif args.cmd == "hot":
+        print(json.dumps(run_hot()))
+    elif args.cmd == "ab":
+        print(f"{'step (µs, medians of ' + str(args.rounds) + ')':44} {'old':>8} {'new':>8}")
+        for step, (was, now) in run_ab(args.old, args.new, args.rounds).items():
+            print(f"{step:44} {was:8.2f} {now:8.2f}  x{was / now:.1f}")
     else:
         rows = run_all(timeout=getattr(args, "timeout", 120), cpu=getattr(args, "cpu", None))
         print(json.dumps(rows, indent=1))

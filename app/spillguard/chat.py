@@ -11,7 +11,7 @@ from typing import Any
 from .chat_calls import reply_anomalies
 from .chat_repair import repair_reply, reply_markup
 from .chat_stream import REASONING_KEYS, ChatStream, new_stream
-from .detect import Finding, ToolSet, TurnScanner
+from .detect import Finding, ToolSet, TurnScanner, may_find
 from .errors import SpillguardError
 from .usage import Usage
 from .wire import Repairable, Stream, Wire
@@ -29,21 +29,31 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             continue
+        content = message.get("content")
+        if not isinstance(content, str):
+            content = None
+        reasoning = None
+        for key in REASONING_KEYS:
+            value = message.get(key)
+            if isinstance(value, str):
+                reasoning = value
+                break
+        if not (
+            (content is not None and may_find(content, tools))
+            or (reasoning is not None and may_find(reasoning, tools, blobs=False))
+        ):
+            continue  # no scanner could find anything in this choice
         guard = TurnScanner(tools, hold_limit)
         if message.get("tool_calls") or message.get("function_call"):
             guard.structured_call()
-        content = message.get("content")
-        if isinstance(content, str):
+        if content is not None:
             guard.feed_content(content)
-        for key in REASONING_KEYS:
-            reasoning = message.get(key)
-            if isinstance(reasoning, str):
-                guard.feed_reasoning(reasoning)
-                break
+        if reasoning is not None:
+            guard.feed_reasoning(reasoning)
         guard.finish()
         finding = guard.finding
         if finding is not None:
-            text = content if isinstance(content, str) else ""
+            text = content or ""
             return finding, text[: finding.start] if finding.field == "content" else text
     return None
 

@@ -42,7 +42,7 @@ evaluated.
 
 from .anomalies import Anomaly, AnomalyKind, call_anomalies
 from .calls import Call, read_calls
-from .scanner import Finding, Scanner, inspect_text
+from .scanner import Finding, Scanner, inspect_text, may_find
 from .tools import NO_TOOLS, ToolSet, declared_tools
 from .turn import TurnScanner
 
@@ -58,5 +58,6 @@ __all__ = [
     "call_anomalies",
     "declared_tools",
     "inspect_text",
+    "may_find",
     "read_calls",
 ]

@@ -15,6 +15,7 @@ cut into deltas; feeding the whole text at once is the whole-reply check.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from . import markers
@@ -214,10 +215,26 @@ class Scanner:
             self._markup_len += len(piece)
 
 
+# Where a blob may open: the blob probe's first characters after white space (`blob.BlobProbe`).
+_BLOB_START = re.compile(r"[ \t\r\n]*[{\[`~]")
+
+
+def may_find(text: str, tools: ToolSet, *, blobs: bool = True) -> bool:
+    """Whether a finding can come of the whole text `text` at all. False when it holds none of
+    the needles every marker and closer needs (`markers.NEEDLES`) and cannot start a blob: then
+    a scanner fed it would publish it all and find nothing, and need not be built. For whole
+    texts only: a stream's scanner must read every delta, for what it holds back."""
+    if markers.has_needle(text):
+        return True
+    return blobs and bool(tools.names) and _BLOB_START.match(text) is not None
+
+
 def inspect_text(
     text: str, tools: ToolSet, *, blobs: bool = True, field: str = "content"
 ) -> Finding | None:
     """The whole-reply check: the same scanner, fed once and finished."""
+    if not may_find(text, tools, blobs=blobs):
+        return None
     scanner = Scanner(tools, blobs=blobs, field=field)
     scanner.feed(text)
     scanner.finish()

@@ -1,0 +1,184 @@
+"""The detection core's fast paths agree with its slow paths.
+
+`markers.NEEDLES` is read off the spelling patterns themselves: every match of every spelling
+holds one of them. A text with none (and no blob start) is decided without a scanner
+(`may_find`, `inspect_text`, `chat.inspect_reply`); for any text, that decision is the one the
+full scanner reaches.
+"""
+
+from __future__ import annotations
+
+import re
+import re._constants as sre_c
+import re._parser as sre_parse
+from typing import Any
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from spillguard import chat
+from spillguard.detect import (
+    NO_TOOLS,
+    Finding,
+    Scanner,
+    TurnScanner,
+    inspect_text,
+    markers,
+    may_find,
+)
+from spillguard.detect.markers import NEEDLES, SPELLINGS, Kind
+
+from .test_detect_properties import TOOLS, texts
+
+_REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, sre_c.POSSESSIVE_REPEAT)
+
+
+def _needs_needle(seq: Any) -> bool:
+    """Every match of the parsed pattern `seq` holds one of NEEDLES: a run of literals in it
+    spells one, or a part every match must pass through needs one (a set of needle characters,
+    all branches of an alternation, a repeat of at least one, a group, a lookahead)."""
+    run = ""
+    for op, av in seq:
+        if op is sre_c.LITERAL:
+            run += chr(av)
+            if any(needle in run for needle in NEEDLES):
+                return True
+            continue
+        run = ""
+        if op is sre_c.IN:  # a set of characters, each of them a needle
+            if av and all(o is sre_c.LITERAL and chr(c) in NEEDLES for o, c in av):
+                return True
+        elif op is sre_c.SUBPATTERN:
+            _, add_flags, _, sub = av
+            if not add_flags & sre_c.SRE_FLAG_IGNORECASE and _needs_needle(sub):
+                return True
+        elif op is sre_c.BRANCH:
+            if all(_needs_needle(branch) for branch in av[1]):
+                return True
+        elif op in _REPEATS:
+            low, _, sub = av
+            if low >= 1 and _needs_needle(sub):
+                return True
+        elif op is sre_c.ATOMIC_GROUP:
+            if _needs_needle(av):
+                return True
+        elif op is sre_c.ASSERT and _needs_needle(av[1]):
+            return True
+    return False
+
+
+def _needs(pattern: str) -> bool:
+    return _needs_needle(sre_parse.parse(pattern))
+
+
+def test_the_analysis_tells_needles_apart() -> None:
+    assert _needs(r"\\?<tool_call>")
+    assert _needs(r"(?:a|b)?\[TOOL")
+    assert _needs(r"x(?:<|◁)y")
+    assert not _needs(r"(?:<)?tool")
+    assert not _needs(r"(?:<|a)tool")
+    assert not _needs(r"\[TOO[LM]")
+    assert not _needs(r"(?i:dsm)")
+
+
+def test_every_spelling_needs_a_needle() -> None:
+    closers = [s for s in SPELLINGS if s.kind is Kind.CLOSER]
+    assert closers and all(_needs(s.pattern) for s in closers)
+    for spelling in SPELLINGS:
+        # A spelling that counts only after a closer is covered by the closer's needle.
+        assert _needs(spelling.pattern) or spelling.after_closer, spelling
+    for compiled in (markers.AT_START, markers.AT_MID):  # built from the spellings, as is
+        assert not compiled.flags & re.IGNORECASE
+    assert _needs(markers.AT_MID.pattern)  # no spelling there waits for a closer
+
+
+@given(st.text(alphabet="<◁[]TOL/HINK:=Actiofunsl.DSMx ", max_size=40))
+@example("functools[")
+@example("[functools[")
+@example("to=functions.")
+@example("Action:")
+@example("|DSML|")
+@example("[/THINK]")
+@example("x[TOO")
+def test_has_needle_is_needle_in_text(text: str) -> None:
+    assert markers.has_needle(text) == any(needle in text for needle in NEEDLES)
+
+
+def _scanned(text: str, tools: Any, blobs: bool = True) -> tuple[Finding | None, str]:
+    """The full path: a scanner fed the whole text and finished."""
+    scanner = Scanner(tools, blobs=blobs)
+    published = scanner.feed(text)
+    published += scanner.finish()
+    return scanner.finding, published
+
+
+# Texts that reach the fast path often: the property tests' pieces without the needles, near
+# misses of each needle, prose with the characters the needles are looked for from.
+NEAR = ["[TOO", "TOOL", "[/THINK", "functools", "to=function", "Action", "DS", "SM", "‖", "｜"]
+quiet_piece = st.one_of(
+    st.sampled_from(NEAR),
+    st.sampled_from(["\n", "  ", "```", "`", "::\n", '"""', "> ", "{", "}", "[", "]", ":", "="]),
+    st.sampled_from(['"name"', '"get_weather"', "get_weather", "(", ")", "D", "A", "f"]),
+    st.text(max_size=4),
+)
+quiet_texts = st.lists(quiet_piece, max_size=20).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(texts, quiet_texts, quiet_texts), st.sampled_from([TOOLS, NO_TOOLS]), st.booleans()
+)
+@example(" \n {", TOOLS, True)
+@example("Action: go", TOOLS, True)
+def test_may_find_false_means_the_scanner_finds_nothing(text: str, tools: Any, blobs: bool) -> None:
+    finding, published = _scanned(text, tools, blobs)
+    if not may_find(text, tools, blobs=blobs):
+        assert finding is None and published == text
+    assert inspect_text(text, tools, blobs=blobs) == finding
+
+
+def _slow_inspect_reply(reply: Any, tools: Any, hold_limit: int) -> tuple[Finding, str] | None:
+    """`chat.inspect_reply` without its fast path: a TurnScanner for every choice."""
+    for choice in reply["choices"]:
+        message = choice["message"]
+        guard = TurnScanner(tools, hold_limit)
+        if message.get("tool_calls"):
+            guard.structured_call()
+        content = message.get("content")
+        if isinstance(content, str):
+            guard.feed_content(content)
+        reasoning = message.get("reasoning_content")
+        if isinstance(reasoning, str):
+            guard.feed_reasoning(reasoning)
+        guard.finish()
+        if guard.finding is not None:
+            text = content if isinstance(content, str) else ""
+            found = guard.finding
+            return found, text[: found.start] if found.field == "content" else text
+    return None
+
+
+message = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": st.one_of(st.none(), texts, quiet_texts),
+        "reasoning_content": st.one_of(texts, quiet_texts),
+        "tool_calls": st.just([{"id": "c", "type": "function"}]),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(message.map(lambda m: {"message": m}), max_size=3), st.sampled_from([TOOLS, NO_TOOLS])
+)
+def test_inspect_reply_agrees_with_a_scanner_per_choice(choices: list[Any], tools: Any) -> None:
+    reply = {"choices": choices}
+    assert chat.inspect_reply(reply, tools, 1024) == _slow_inspect_reply(reply, tools, 1024)
+
+
+def test_the_bench_reply_takes_the_fast_path() -> None:
+    from bench.upstream import PROSE
+
+    assert not may_find(PROSE, TOOLS)
+    assert _scanned(PROSE, TOOLS) == (None, PROSE)
