@@ -48,6 +48,11 @@ class Decision:
         self.wire = wire
         self.chains = Chains(settings, wire.chaining)  # spliced responses named later
         self.relay = Relay(settings, wire, self.chains)
+        self._url = upstream.url(wire.path, "")  # checked once: the wire's path never changes
+
+    def url(self, query: str) -> str:
+        """Where this wire's requests go upstream, with the client's query string."""
+        return f"{self._url}?{query}" if query else self._url
 
     def _leak(self, ex: Exchange, finding: Finding, attempt: int) -> LeakedToolCall:
         ex.outcome.act(Action.FAILED)
