@@ -60,7 +60,7 @@ class ConsoleFormatter(logging.Formatter):
         if record.exc_info:
             fields = {**fields, **_exception(record)}
         parts = [f"{record.levelname.lower():7} {record.getMessage()}"]
-        findings = []
+        findings: list[dict[str, Any]] = []
         for k, v in fields.items():
             if k == "findings":
                 findings = v or []
