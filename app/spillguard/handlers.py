@@ -9,7 +9,6 @@ ways. Each request's `Outcome` is recorded exactly once.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any, cast
 
@@ -17,6 +16,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from . import jsonread
 from .context import Context, ErrorBody, error_body_for, response_ids
 from .detect import declared_tools
 from .downstream import ClientGone, read_body, until_disconnect
@@ -249,6 +249,6 @@ def _query(request: Request) -> str:
 
 def _parse(body: bytes) -> Any:
     try:
-        return json.loads(body)
+        return jsonread.loads(body)
     except (ValueError, RecursionError):
         return None

@@ -87,9 +87,6 @@ def setup_logging(settings: Settings) -> None:
     # No formatter here reads where a line was logged from, or its thread or process: a record
     # need not look them up (the logging module's documented optimisations).
     logging._srcfile = None
-    logging.logThreads = False
-    logging.logProcesses = False
-    logging.logMultiprocessing = False
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     log.propagate = False
     if json_mode:

@@ -10,11 +10,11 @@ markup spells out, from the one upstream call; whatever cannot be repaired is re
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from . import jsonread
 from .chains import Chains
 from .correction import correction
 from .detect import Finding
@@ -115,7 +115,7 @@ class Decision:
         setting the action; the finding and the leaked text to retry with; or raise the leak
         when there is no retry left."""
         try:
-            parsed = json.loads(data)
+            parsed = jsonread.loads(data)
         except (ValueError, RecursionError):
             parsed = None
         found = self.wire.inspect_reply(parsed, ex.tools, ex.policy.hold_limit) if parsed else None
@@ -147,7 +147,7 @@ class Decision:
         body = self.wire.repair_reply(data, parsed, finding, prose, calls) if calls else None
         if calls is None or body is None:
             return None
-        ex.outcome.saw(self.wire.reply_anomalies(json.loads(body), ex.tools), attempt)
+        ex.outcome.saw(self.wire.reply_anomalies(jsonread.loads(body), ex.tools), attempt)
         ex.outcome.repaired(calls)
         return body
 
