@@ -77,3 +77,24 @@ def test_the_edges_where_orjson_differs_read_as_the_standard_library_reads_them(
     data: bytes,
 ) -> None:
     _same(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "long"),
+    [
+        (b'{"id": "chatcmpl-00000000000000000000001"}', False),
+        (b'{"n": 12345678901234567890}', True),
+        (b'{"n":-12345678901234567890}', True),
+        (b"[1, \n 12345678901234567890]", True),
+        (b"12345678901234567890", True),
+        (b'["x", "a 12345678901234567890"]', False),
+        (b'["x, 12345678901234567890"]', True),  # inside a string, but reads as a number's place
+        (b'{"f": 0.12345678901234567890}', False),
+        (b'{"s": "1234567890123456789012", "n": 1234567890123456789}', True),
+    ],
+)
+def test_a_long_integer_is_told_from_long_digits_in_a_string(data: bytes, long: bool) -> None:
+    from spillguard.jsonread import _long_integer
+
+    assert _long_integer(data) is long
+    _same(data)
