@@ -42,6 +42,17 @@ class SSEDecoder:
         self._max_event = max_event
 
     def feed(self, chunk: bytes) -> list[Event]:
+        if (
+            not self._buf
+            and chunk.startswith(b"data:")
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk.endswith(b"\n\n")
+            and b"\r" not in chunk
+        ):
+            # A piece that is one common event and nothing else (what a paced upstream sends a
+            # read), with nothing pending: the event is the piece itself, not copied.
+            value = chunk[6 if chunk[5:6] == b" " else 5 : -2]
+            return [Event(chunk, value.decode("utf-8", "replace"))]
         buf = self._buf
         buf += chunk
         events: list[Event] = []
