@@ -51,8 +51,8 @@ class SSEDecoder:
         ):
             # A piece that is one common event and nothing else (what a paced upstream sends a
             # read), with nothing pending: the event is the piece itself, not copied.
-            value = chunk[6 if chunk[5:6] == b" " else 5 : -2]
-            return [Event(chunk, value.decode("utf-8", "replace"))]
+            text = chunk[6 if chunk[5:6] == b" " else 5 : -2]
+            return [Event(chunk, text.decode("utf-8", "replace"))]
         buf = self._buf
         buf += chunk
         events: list[Event] = []
