@@ -26,7 +26,7 @@ from .repair import may_repair, repair_calls
 from .settings import Mode, Settings
 from .sse import SSEError
 from .start import ResponseStart, Send
-from .upstream import Reply, Upstream, end_to_end
+from .upstream import Upstream, end_to_end
 from .usage import Usage
 from .wire import Repairable, Stream, Wire
 
@@ -69,11 +69,6 @@ class Decision:
         outcome = ex.outcome
         outcome.finding(finding.family, finding.tool_name, attempt, finding.excerpt, usage)
 
-    async def _open(self, ex: Exchange, body: bytes) -> Reply:
-        return await open_upstream(
-            self.upstream, ex.outcome, ex.method, ex.url, ex.headers, body, decode=True
-        )
-
     def _retry(self, ex: Exchange, found: tuple[Finding, str], attempt: int) -> bytes:
         """The retry request. One that cannot be written as standard JSON (a body too deep, a
         number out of range, `messages` that is no list) cannot be retried: the leak fails."""
@@ -94,7 +89,10 @@ class Decision:
         body = ex.body
         for attempt in (1, 2):
             ex.outcome.attempt(attempt)
-            async with await self._open(ex, body) as reply:
+            opening = open_upstream(
+                self.upstream, ex.outcome, ex.method, ex.url, ex.headers, body, decode=True
+            )
+            async with await opening as reply:
                 data = await reply.read(s.max_reply)
                 headers = end_to_end(reply.headers, REFRAMED)
                 status, ctype, identity = reply.status, reply.content_type, reply.identity
@@ -190,7 +188,10 @@ class Decision:
         for attempt in (1, 2):
             ex.outcome.attempt(attempt)
             start.next_attempt()
-            async with await self._open(ex, body) as reply:
+            opening = open_upstream(
+                self.upstream, ex.outcome, ex.method, ex.url, ex.headers, body, decode=True
+            )
+            async with await opening as reply:
                 json_reply = reply.status == 200 and "json" in reply.content_type
                 if json_reply and reply.identity and not start.started:
                     # A stream request answered with one JSON reply: judge it whole.
