@@ -53,8 +53,11 @@ class SSEDecoder:
             # read), with nothing pending: the event is the piece itself, not copied.
             text = chunk[6 if chunk[5:6] == b" " else 5 : -2]
             return [Event(chunk, text.decode("utf-8", "replace"))]
-        buf = self._buf
-        buf += chunk
+        # With nothing pending the piece is read in place, each event one slice of it; what
+        # is left of it after the last whole event is kept.
+        buf: bytes | bytearray = chunk if not self._buf else self._buf
+        if buf is self._buf:
+            self._buf += chunk
         events: list[Event] = []
         n, start, pos = len(buf), self._line_start, self._scan
         lf = buf.find(b"\n", pos)  # found once, then again only when passed: linear on CR-only
@@ -97,13 +100,15 @@ class SSEDecoder:
             else:
                 self._field(bytes(buf[start:end]))
             start = pos = nxt
-        if self._event_start:  # drop what has been delivered; keep the partial event
-            del buf[: self._event_start]
-            start -= self._event_start
-            pos -= self._event_start
-            self._event_start = 0
+        if buf is not self._buf:
+            self._buf += buf[self._event_start :]
+        elif self._event_start:  # drop what has been delivered; keep the partial event
+            del self._buf[: self._event_start]
+        start -= self._event_start
+        pos -= self._event_start
+        self._event_start = 0
         self._line_start, self._scan = start, pos
-        if len(buf) > self._max_event:
+        if len(self._buf) > self._max_event:
             raise SSEError(f"an event exceeded {self._max_event} bytes")
         return events
 
