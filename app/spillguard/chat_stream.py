@@ -120,6 +120,16 @@ class ChatStream:
         if self.certain:
             self._drain(choices)
             return []
+        if len(choices) == 1 and not usage and self._splice is None and self._tail is None:
+            # Most chunks: one choice, nothing to splice. What the loop below makes of it.
+            choice = choices[0]
+            if isinstance(choice, dict):
+                changed, meaningful, keep = self._edit_choice(chunk, choice)
+                if not changed:
+                    return [Out(event.raw, meaningful)]
+                if not keep:
+                    return []
+                return [Out(encode_data(_dumps(chunk)), meaningful)]
         changed, meaningful, kept = self._splice is not None, False, []
         for n, choice in enumerate(choices):
             if not isinstance(choice, dict):
