@@ -21,7 +21,8 @@ def message(item_id: str, text: str) -> dict[str, Any]:
 
 
 def splice(n: int, text: str = "Checking.") -> Spliced:
-    return Spliced(f"resp_{n}", f"resp_{n}_retry", {f"msg_{n}": message(f"msg_{n}", text)})
+    item = message(f"msg_{n}", text)
+    return Spliced(f"resp_{n}", f"resp_{n}_retry", {f"msg_{n}": item}, (item,), 1741476542)
 
 
 def test_a_splice_maps_its_response_and_its_items() -> None:
@@ -66,7 +67,28 @@ def test_the_oldest_splices_go_first_past_the_bounds() -> None:
 def test_putting_the_same_response_again_replaces_it() -> None:
     ids = LocalIdMap(shared=True)
     ids.put(splice(1))
-    ids.put(Spliced("resp_1", "resp_1_again", {}))
+    ids.put(Spliced("resp_1", "resp_1_again", {}, (), None))
     assert ids.response("resp_1") == "resp_1_again"
     assert ids.item("msg_1") is None
     assert len(ids) == 1
+
+
+def test_a_splice_is_found_whole_and_forgotten_on_request() -> None:
+    ids = LocalIdMap(shared=True)
+    ids.put(splice(1))
+    ids.put(splice(2))
+    assert ids.spliced("resp_1") == splice(1)
+    assert ids.spliced("msg_1") is None and ids.spliced("resp_1_retry") is None
+    ids.forget("resp_1")
+    ids.forget("resp_9")  # never spliced: nothing to forget
+    assert ids.spliced("resp_1") is None and ids.item("msg_1") is None
+    assert ids.response("resp_2") == "resp_2_retry" and len(ids) == 1
+
+
+def test_the_output_counts_toward_the_character_budget() -> None:
+    one = splice(1, "x" * 500)
+    assert one.size > 2 * 500  # the item, and the output that lists it
+    small = LocalIdMap(shared=True, chars=one.size + 10)
+    small.put(one)
+    small.put(splice(2, "y" * 500))
+    assert small.response("resp_1") is None and len(small) == 1

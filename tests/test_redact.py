@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,3 +49,32 @@ def test_every_injected_upstream_key_is_redacted(monkeypatch) -> None:  # type: 
     redact = Redactor.from_settings(s)
     line = "sent default-injected-key and plain-upstream-secret-1"
     assert redact(line) == f"sent {REDACTED} and {REDACTED}"
+
+
+KEYS = st.sampled_from([[], ["plain-secret-key"], ['quo"ted-key', "plain-secret-key"]])
+VALUE = st.one_of(
+    st.none(),
+    st.integers(),
+    TEXT,
+    st.sampled_from(["plain-secret-key", 'quo"ted-key', "Bearer\tabcdef123456", "é sk-abcdefgh12"]),
+)
+FIELDS = st.dictionaries(st.sampled_from(["a", "b", "excerpt"]), st.one_of(VALUE, st.lists(VALUE)))
+
+
+@settings(max_examples=400)
+@given(KEYS, FIELDS)
+def test_json_text_it_vouches_for_needs_no_redaction(keys: list[str], fields: dict) -> None:  # type: ignore[type-arg]
+    """`finds_nothing` on a JSON line lets the line be written as dumped: wherever it says so,
+    redacting every string first (and the text after) would have changed nothing."""
+    redact = Redactor(keys)
+    text = json.dumps(fields, ensure_ascii=False)
+    if redact.finds_nothing(text):
+        assert redact(json.dumps(redact.deep(fields), ensure_ascii=False)) == text
+
+
+def test_a_bearer_token_behind_a_json_escape_is_not_vouched_for() -> None:
+    redact = Redactor([])
+    assert not redact.finds_nothing(json.dumps({"h": "Bearer\tabcdef123456"}))
+    assert not redact.finds_nothing(json.dumps({"h": "caf\u00e9"}, ensure_ascii=False))
+    assert not Redactor(['quo"ted-key']).finds_nothing("{}")
+    assert redact.finds_nothing('{"request_id": "sg-1", "status": 200}')

@@ -14,6 +14,8 @@ import pytest
 from spillguard import responses, responses_repair
 from spillguard.detect import Call
 from spillguard.responses import ResponsesStream, new_stream
+from spillguard.responses_events import Pending
+from spillguard.responses_repair import Unshown
 from tests.fuzz.responses_bytes import (
     ResponsesWriter,
     responses_events,
@@ -21,7 +23,16 @@ from tests.fuzz.responses_bytes import (
     responses_view,
     well_formed,
 )
-from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Turn, cut, drive, dumps
+from tests.fuzz.wire_bytes import (
+    HOLD,
+    TOOLS,
+    WEATHER,
+    Turn,
+    cut,
+    drive,
+    dumps,
+    every_split_agrees,
+)
 from tests.repair_wires import (
     BLOB,
     BOTH,
@@ -161,9 +172,9 @@ def stream_of(text: str, *at: int, reasoning: tuple[str, ...] = ()) -> bytes:
     return b"".join(responses_events(Turn(content=cut(text, *at), reasoning=reasoning)))
 
 
-@pytest.mark.parametrize("family", sorted(LEAKS))
+@pytest.mark.parametrize("family", sorted(set(LEAKS) - {"json"}))  # a blob is a whole answer
 def test_a_streamed_leak_becomes_function_call_items_at_every_cut(family: str) -> None:
-    text = PROSE + LEAKS[family] if family != "json" else BLOB  # a blob is a whole answer
+    text = PROSE + LEAKS[family]
     data = stream_of(text, 5, len(PROSE) + 3, len(PROSE) + 11)
     client = every_split_repairs(fresh, data)
     view = responses_view(client)
@@ -172,10 +183,9 @@ def test_a_streamed_leak_becomes_function_call_items_at_every_cut(family: str) -
     calls = [i for i in view.closed.values() if i["type"] == "function_call"]
     names = ["get_weather", "run_in_terminal"] if family == "two" else ["get_weather"]
     assert [c["name"] for c in calls] == names
-    prose = "" if family == "json" else PROSE
-    assert view.all_text == prose == view.done_text[0]
+    assert view.all_text == PROSE == view.done_text[0]
     message = view.closed[0]
-    assert message["type"] == "message" and message["content"][0]["text"] == prose
+    assert message["type"] == "message" and message["content"][0]["text"] == PROSE
     final = view.completed
     assert final is not None and final["output"] == [view.closed[i] for i in sorted(view.closed)]
     assert final["usage"] == {"input_tokens": 40, "output_tokens": 18, "total_tokens": 58}
@@ -271,3 +281,181 @@ def test_markup_longer_than_the_hold_limit_is_not_read() -> None:
     stream = new_stream(TOOLS, 64, None)
     drive(stream, [stream_of(long + "\n</tool_call>")])
     assert stream.finding is not None and stream.markup is None
+
+
+# ---- a message that never showed text -------------------------------------------------------
+
+# Until responses_stream.py routes a first attempt's events through `Unshown` (the hookup in
+# /work/notes/leftovers-hookup.md), a message with no text is announced, and a repair closes it
+# empty: these fail.
+UNSHOWN_HOOKUP = pytest.mark.xfail(
+    strict=True, reason="needs the Unshown hookup in responses_stream.py (leftovers-hookup.md)"
+)
+
+
+def shape(output: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """A final output as a client reads it, fresh ids aside."""
+    out: list[tuple[Any, ...]] = []
+    for item in output:
+        if item["type"] == "message":
+            out.append(("message", tuple(p["text"] for p in item["content"])))
+        elif item["type"] == "function_call":
+            out.append(("function_call", item["name"], item["arguments"]))
+        else:
+            out.append((item["type"],))
+    return out
+
+
+NO_PROSE = ("", " \n\n")
+
+
+@pytest.mark.parametrize(
+    ("family", "prose"),
+    [
+        *((f, PROSE) for f in sorted(LEAKS) if f != "json"),  # a blob is a whole answer
+        *(pytest.param(f, p, marks=UNSHOWN_HOOKUP) for f in sorted(LEAKS) for p in NO_PROSE),
+    ],
+)
+def test_a_streamed_repair_lists_what_the_whole_repair_does(family: str, prose: str) -> None:
+    text = prose + LEAKS[family]
+    data = stream_of(text, 1, len(prose) + 3)
+    view = responses_view(every_split_repairs(fresh, data))
+    well_formed(view)
+    assert view.seqs == list(range(len(view.seqs)))
+    assert sorted(view.added) == list(range(len(view.added))) == sorted(view.closed)
+    final = view.completed
+    assert final is not None and final["output"] == [view.closed[i] for i in sorted(view.closed)]
+    assert final["usage"] == {"input_tokens": 40, "output_tokens": 18, "total_tokens": 58}
+    whole_out = repair(*whole(text))
+    assert whole_out is not None
+    assert shape(final["output"]) == shape(items(whole_out))
+
+
+@UNSHOWN_HOOKUP
+def test_no_prose_before_the_markup_announces_no_message() -> None:
+    writer = ResponsesWriter()
+    writer.start()
+    output = [writer.reasoning(0, ["Look it ", "up."]), writer.message(1, ["\n", HERMES])]
+    writer.complete(output)
+    out, tail = repaired_stream(fresh(), [b"".join(writer.events)])
+    assert tail is not None
+    view = responses_view(out + tail)
+    well_formed(view)
+    assert [view.added[i]["type"] for i in sorted(view.added)] == ["reasoning", "function_call"]
+    assert view.text == {} and view.done_text == {}
+    assert b"msg_1" not in out + tail
+
+
+@UNSHOWN_HOOKUP
+def test_a_retry_spliced_after_a_leak_with_no_prose_starts_at_the_first_index() -> None:
+    # A keep-alive started the response; the leak had no prose: the retry's message is the
+    # first item the client sees.
+    first = fresh()
+    published = drive(first, [stream_of(" \n" + HERMES)])
+    assert first.finding is not None and first.sent.opened == {}
+    spliced = new_stream(TOOLS, HOLD, first)
+    view = responses_view(published + drive(spliced, [stream_of("Sunny.")]))
+    well_formed(view)
+    assert [view.added[i]["type"] for i in sorted(view.added)] == ["message"]
+    assert view.text == {0: "Sunny."}
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [(" \n", "\n\n "), (" \n", "Sunny."), ("\n", "\n", "It is ", "sunny.")],
+    ids=["blank", "blank-then-text", "blank-deltas-then-text"],
+)
+def test_a_message_without_a_leak_reaches_the_client_whole_at_every_cut(
+    deltas: tuple[str, ...],
+) -> None:
+    for calls in ((), (WEATHER,)):
+        events = responses_events(Turn(content=deltas, calls=calls))
+        out, editor = every_split_agrees(fresh, b"".join(events))
+        assert editor.finding is None
+        view, upstream = responses_view(out), responses_view(b"".join(events))
+        well_formed(view)
+        assert view.all_text == "".join(deltas)
+        assert (view.added, view.closed) == (upstream.added, upstream.closed)
+        assert view.kinds[0] == "response.created" and view.completed == upstream.completed
+
+
+# ---- Unshown, event by event ----------------------------------------------------------------
+
+
+def ev(kind: str, oi: int | None = 0, **fields: Any) -> Pending:
+    data: dict[str, Any] = {"type": kind, **fields}
+    if oi is not None:
+        data["output_index"] = oi
+    return (data, None, False)
+
+
+MESSAGE = ev("response.output_item.added", item={"type": "message", "id": "msg_1"})
+PART = ev("response.content_part.added", content_index=0, part={"type": "output_text", "text": ""})
+
+
+def text(delta: str, oi: int = 0) -> Pending:
+    return ev("response.output_text.delta", oi, content_index=0, delta=delta)
+
+
+def routed(gate: Unshown, *pending: Pending, final: bool = False, leaked: bool = False) -> list:
+    return [gate.route([p], False, leaked) for p in pending] + [gate.route([], final, leaked)]
+
+
+def test_a_message_waits_until_it_shows_text() -> None:
+    gate = Unshown(HOLD)
+    assert routed(gate, MESSAGE, PART, text(" \n"), text("Hi")) == [
+        [],
+        [],
+        [],
+        [MESSAGE, PART, text(" \n"), text("Hi")],
+        [],
+    ]
+
+
+def test_what_belongs_elsewhere_releases_the_message_first() -> None:
+    call = ev("response.output_item.added", 1, item={"type": "function_call"})
+    completed = ev("response.completed", None, response={})
+    for after in (call, completed, ev("response.output_text.done", text="")):
+        gate = Unshown(HOLD)
+        assert gate.route([MESSAGE, PART, after], False, False) == [MESSAGE, PART, after]
+    gate = Unshown(HOLD)
+    second = ev("response.output_item.added", 1, item={"type": "message", "id": "msg_2"})
+    assert gate.route([MESSAGE, second], False, False) == [MESSAGE]
+    assert gate.route([text("x", 1)], False, False) == [second, text("x", 1)]
+
+
+def test_a_part_that_opens_with_text_shows_it() -> None:
+    shown = ev(
+        "response.content_part.added", content_index=0, part={"type": "output_text", "text": "A"}
+    )
+    assert Unshown(HOLD).route([MESSAGE, shown], False, False) == [MESSAGE, shown]
+
+
+def test_the_end_releases_and_a_leak_drops() -> None:
+    assert routed(Unshown(HOLD), MESSAGE, PART, final=True) == [[], [], [MESSAGE, PART]]
+    gate = Unshown(HOLD)
+    assert routed(gate, MESSAGE, PART, text(" ")) == [[], [], [], []]
+    assert gate.route([], False, True) == []
+    closing = ev("response.output_item.added", 0, item={"type": "function_call"})
+    assert gate.route([closing], True, True) == [closing]  # nothing of the message is left
+
+
+def test_text_in_the_same_batch_as_the_leak_still_opens_its_message() -> None:
+    assert Unshown(HOLD).route([MESSAGE, PART, text("Let me")], False, True) == [
+        MESSAGE,
+        PART,
+        text("Let me"),
+    ]
+
+
+def test_other_items_are_never_held() -> None:
+    reasoning = ev("response.output_item.added", item={"type": "reasoning", "id": "rs_1"})
+    nameless = ev("response.output_item.added", None, item={"type": "message"})
+    assert Unshown(HOLD).route([reasoning, text(" ")], False, False) == [reasoning, text(" ")]
+    assert Unshown(HOLD).route([nameless], False, False) == [nameless]
+
+
+def test_white_space_is_held_up_to_the_limit() -> None:
+    gate = Unshown(4)
+    assert gate.route([MESSAGE, text("  "), text("  ")], False, False) == []
+    assert gate.route([text(" ")], False, False) == [MESSAGE, text("  "), text("  "), text(" ")]

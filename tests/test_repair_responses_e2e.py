@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from spillguard.scripted import Turn, call
+from spillguard.scripted import Raw, Turn, call, response_events
+from tests.fuzz.responses_bytes import responses_view
 from tests.repair_wires import BLOB, DEEPSEEK, PROSE, TWO
 from tests.samples import DSML, HERMES
 
@@ -138,3 +139,59 @@ async def test_the_repaired_stream_events_as_the_sdk_reads_them(harness: Any) ->
     assert kinds[-1] == "response.completed"
     assert kinds.count("response.output_item.added") == 3
     assert kinds.count("response.output_item.done") == 3
+
+
+# Until responses_stream.py routes a first attempt's events through `Unshown` (the hookup in
+# /work/notes/leftovers-hookup.md), a streamed repair with no prose lists an empty message.
+UNSHOWN_HOOKUP = pytest.mark.xfail(
+    strict=True, reason="needs the Unshown hookup in responses_stream.py (leftovers-hookup.md)"
+)
+STREAMED = [pytest.param(w, marks=UNSHOWN_HOOKUP) for w in WAYS if w != "create"]
+
+
+@pytest.mark.parametrize("way", ["create", *STREAMED])
+async def test_no_prose_leaves_no_message_whichever_way_it_is_read(harness: Any, way: str) -> None:
+    h = await harness(Turn(content=" \n" + HERMES), REAL, mode="repair")
+    response, _ = await respond(h.client(), way)
+    assert [i.type for i in response.output] == ["function_call"]
+    assert response.output_text == "" and h.calls == 1
+
+
+KEEPALIVE = 0.05
+
+
+def slow_message(text: str) -> Raw:
+    """The stream of a message of `text`, a pause far longer than the keep-alive before the
+    message's first event: the keep-alive starts the client's response."""
+    events = response_events(Turn(content=text, delta_size=32), "m")
+    return Raw(200, {"content-type": "text/event-stream"}, events, pauses=(0.0, 0.0, 0.5))
+
+
+@pytest.mark.parametrize(
+    ("prose", "types"),
+    [
+        (PROSE, ["message", "function_call"]),
+        pytest.param("", ["function_call"], marks=UNSHOWN_HOOKUP),
+    ],
+)
+async def test_a_keepalive_started_stream_shows_what_the_whole_repair_does(
+    harness: Any, prose: str, types: list[str]
+) -> None:
+    h = await harness(slow_message(prose + HERMES), mode="repair", keepalive=KEEPALIVE)
+    body = {"model": "m", "input": "weather in Lisbon?", "tools": TOOLS, "store": False}
+    async with (
+        h.http() as http,
+        http.stream("POST", "/responses", json=body | {"stream": True}) as r,
+    ):
+        data = b"".join([chunk async for chunk in r.aiter_raw()])
+    assert data.index(b": keep-alive") < data.index(b"response.output_item.added")
+    view = responses_view(data)
+    assert [view.added[i]["type"] for i in sorted(view.added)] == types
+    assert view.completed is not None
+    assert [i["type"] for i in view.completed["output"]] == types
+    assert view.all_text == prose and h.calls == 1
+    async with h.client().responses.stream(**body) as stream:
+        async for _ in stream:
+            pass
+        final = await stream.get_final_response()
+    assert [i.type for i in final.output] == types and final.output_text == prose

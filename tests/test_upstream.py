@@ -609,3 +609,71 @@ async def test_connect_and_asterisk_form_are_refused_cleanly() -> None:
             response = await asyncio.wait_for(raw_http(sg.port, data.encode()), HANG)
             assert response == b"" or status_of(response) < 500
         assert evil.conns == [] and up.requests == []
+
+
+# ---- Reply.wait_chunk: a bounded wait with no task or timer a call ----------------------------
+
+
+async def _paced_server(gap: float) -> tuple[asyncio.AbstractServer, str]:
+    """A raw HTTP/1.1 upstream: the headers and `first`, then `second` after `gap` seconds."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 12\r\n\r\n")
+        writer.write(b"first.")
+        await writer.drain()
+        await asyncio.sleep(gap)
+        writer.write(b"second")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+async def test_a_wait_that_times_out_loses_nothing_and_the_next_wait_reads_on() -> None:
+    server, url = await _paced_server(0.3)
+    upstream = Upstream(Settings(upstream=url))
+    await upstream.start()
+    try:
+        reply = await upstream.open("GET", upstream.url("x", ""), {}, None)
+        got, nones = [], 0
+        while True:
+            piece = await reply.wait_chunk(0.05)
+            if piece is None:
+                nones += 1
+                continue
+            if not piece:
+                break
+            got.append(piece)
+        reply.close()
+        assert b"".join(got) == b"first.second"
+        assert nones >= 1
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+    finally:
+        await upstream.close()
+        server.close()
+
+
+async def test_a_cancel_from_outside_during_a_wait_is_a_cancel() -> None:
+    server, url = await _paced_server(5)
+    upstream = Upstream(Settings(upstream=url))
+    await upstream.start()
+    try:
+        reply = await upstream.open("GET", upstream.url("x", ""), {}, None)
+        assert await reply.wait_chunk(1) == b"first."
+
+        async def waiting() -> bytes | None:
+            return await reply.wait_chunk(0.05)
+
+        task = asyncio.create_task(waiting())
+        await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        reply.close()
+    finally:
+        await upstream.close()
+        server.close()

@@ -45,7 +45,9 @@ class App:
         self.fastapi = fastapi
         self.lean = Lean(fastapi, lean)
         limits = Limits(self.lean, settings=ctx.settings, observer=ctx.observer)
-        self.app: ASGIApp = Prefixes(limits, ctx.mounts)  # /NAME/v1 is served as /v1
+        # /NAME/v1 is served as /v1 when there are named upstreams; without, no layer for it.
+        named = len(ctx.mounts) > 1
+        self.app: ASGIApp = Prefixes(limits, ctx.mounts) if named else limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)

@@ -68,8 +68,10 @@ class ChatStream:
 
     @property
     def holding(self) -> int:
-        repeat = self._splice.repeat.holding if self._splice is not None else 0
-        return repeat + sum(g.holding for g in self._guards.values())
+        total = self._splice.repeat.holding if self._splice is not None else 0
+        for guard in self._guards.values():  # read once an event: no generator
+            total += guard.holding
+        return total
 
     @property
     def ended(self) -> bool:
@@ -95,13 +97,14 @@ class ChatStream:
         return "".join(self._published.get(self.finding_choice, []))
 
     def feed(self, event: Event) -> list[Out]:
-        if event.data is None:
+        data = event.data
+        if data is None:
             return [] if self.certain else [Out(event.raw, False)]
-        if event.data.strip() == "[DONE]":
+        if data[:1] != "{" and data.strip() == "[DONE]":  # a chunk is never stripped
             self.done = event.raw
             return []
         try:
-            chunk = json.loads(event.data)
+            chunk = json.loads(data)
         except (ValueError, RecursionError):
             chunk = None
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
@@ -111,11 +114,22 @@ class ChatStream:
             return [] if self.certain else [Out(event.raw, True)]  # errors, unknown events
         if not self.head:
             self.head = {k: chunk.get(k) for k in ("id", "created", "model")}
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = usage_of(chunk["usage"]) or self.usage
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage_of(usage) or self.usage
         if self.certain:
             self._drain(choices)
             return []
+        if len(choices) == 1 and not usage and self._splice is None and self._tail is None:
+            # Most chunks: one choice, nothing to splice. What the loop below makes of it.
+            choice = choices[0]
+            if isinstance(choice, dict):
+                changed, meaningful, keep = self._edit_choice(chunk, choice)
+                if not changed:
+                    return [Out(event.raw, meaningful)]
+                if not keep:
+                    return []
+                return [Out(encode_data(_dumps(chunk)), meaningful)]
         changed, meaningful, kept = self._splice is not None, False, []
         for n, choice in enumerate(choices):
             if not isinstance(choice, dict):
@@ -129,11 +143,11 @@ class ChatStream:
             if self._tail is not None:
                 self._tail.clean &= n == len(choices) - 1  # no other choice may follow
                 break
-        if chunk.get("usage"):
+        if usage:
             meaningful = True
         if not changed:
             return [Out(event.raw, meaningful)]
-        if choices and not kept and not chunk.get("usage"):
+        if choices and not kept and not usage:
             return []
         chunk["choices"] = kept
         if self._splice is not None:
@@ -182,6 +196,14 @@ class ChatStream:
         delta = delta if isinstance(delta, dict) else {}
         if index in self._finished:  # a stray delta after finish_reason: nothing to judge
             return False, any(v not in ("", None, []) for v in delta.values()), True
+        text = delta.get("content")
+        if (
+            len(delta) == 1
+            and isinstance(text, str)
+            and self._splice is None
+            and choice.get("finish_reason") is None
+        ):
+            return self._edit_content(index, choice, delta, text)
         guard = self._guard(index)
         changed = meaningful = False
         released = ""
@@ -238,6 +260,27 @@ class ChatStream:
         choice["delta"] = delta
         empty = not any(v not in ("", None, []) for v in delta.values())
         return True, meaningful, not (empty and finish is None and not choice.get("logprobs"))
+
+    def _edit_content(
+        self, index: int, choice: dict[str, Any], delta: dict[str, Any], text: str
+    ) -> tuple[bool, bool, bool]:
+        """`_edit_choice` for most of a stream's chunks, a delta of content alone (no finish, no
+        splice): what the general path does with one, in fewer steps."""
+        guard = self._guard(index)
+        content = guard.feed_content(text)
+        changed = guard.finding is not None
+        if guard.finding is not None:
+            self._found(index, guard.finding)
+            choice["finish_reason"] = None
+        if content != text:
+            delta["content"] = content
+            changed = True
+            if choice.get("logprobs") is not None:
+                choice["logprobs"] = None  # they would spell out the held text
+        self._record(index, content)
+        if not changed:
+            return False, bool(content), True
+        return True, bool(content), bool(content) or bool(choice.get("logprobs"))
 
     def _index_tools(self, index: int, tool_calls: list[Any]) -> bool:
         """Track tool-call indices; in a splice, shift them past the calls already sent."""

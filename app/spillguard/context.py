@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import secrets
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -32,22 +32,30 @@ from .policy import MODE_HEADER, Policy, header_mode, with_header
 from .proxy import Decision
 from .rules import Rules
 from .settings import DEFAULT_UPSTREAM, ModeHeader, Settings
-from .upstream import Upstream, end_to_end
+from .upstream import HOP_BY_HOP, Upstream
 from .wire import Wire
 
 # Request headers never forwarded: the upstream sees its own Host, bodies are re-framed, and
 # spillguard's own header is for spillguard.
 REQUEST_DROP = frozenset({"host", "content-length", "expect", MODE_HEADER})
 KEY_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
+DIALECT_KEY = "spillguard.anthropic"  # where a request's dialect is kept in its scope
 READY_FOR = 5.0  # seconds a readiness probe's answer is reused
 ErrorBody = Callable[[SpillguardError], bytes]
 
 
 def speaks_anthropic(scope: Scope) -> bool:
-    path = scope.get("path", "")
-    if path == messages.ROUTE or path.startswith(messages.ROUTE + "/"):
-        return True
-    return any(name == messages.VERSION_HEADER for name, _ in scope.get("headers", ()))
+    """Whether a request speaks Anthropic; asked several times a request, so the answer is
+    kept in its scope."""
+    known: bool | None = scope.get(DIALECT_KEY)
+    if known is None:
+        path = scope.get("path", "")
+        known = path == messages.ROUTE or path.startswith(messages.ROUTE + "/")
+        if not known:
+            version = messages.VERSION_HEADER
+            known = any(name == version for name, _ in scope.get("headers", ()))
+        scope[DIALECT_KEY] = known
+    return known
 
 
 def error_body_for(scope: Scope) -> ErrorBody:
@@ -133,8 +141,7 @@ class Context:
         """The client's headers as they go upstream: end-to-end ones only, with the request id
         and the key spillguard injects, in the header the client's API uses for it."""
         mount = self.mount_for(request.scope)
-        drop = self._drop[mount.name]
-        headers = {k: _utf8(v) for k, v in end_to_end(request.headers, drop).items()}
+        headers = request_end_to_end(request.scope["headers"], self._drop[mount.name])
         key = mount.key
         if key is not None and speaks_anthropic(request.scope):
             headers["x-api-key"] = key.get_secret_value()
@@ -167,9 +174,9 @@ class Context:
         return ok
 
     def outcome_for(self, request: Request, route: str) -> Outcome:
-        rid = request.headers.get("x-request-id") or f"sg-{uuid.uuid4().hex}"
+        rid = request_id(request.scope["headers"])
         mode = self.settings.mode.value
-        return Outcome(rid[:128], route, mode, upstream=mount_name(request.scope))
+        return Outcome(rid, route, mode, upstream=mount_name(request.scope))
 
     async def ready(self) -> Readiness:
         """Every upstream probed at most every `READY_FOR` seconds: a mount is ready when all
@@ -192,6 +199,40 @@ def response_ids(scope: Scope, headers: dict[str, str], outcome: Outcome) -> dic
         headers.setdefault("request-id", outcome.request_id)
     headers["x-spillguard-request-id"] = outcome.request_id
     return headers
+
+
+def request_id(headers: list[tuple[bytes, bytes]]) -> str:
+    """The client's x-request-id (its first 128 characters), or a new one."""
+    for name, value in headers:
+        if name == b"x-request-id" and value:
+            return value.decode("latin-1")[:128]
+    return f"sg-{secrets.token_hex(16)}"
+
+
+def request_end_to_end(headers: list[tuple[bytes, bytes]], drop: frozenset[str]) -> dict[str, str]:
+    """`upstream.end_to_end` of a request's raw ASGI headers (names already lower case), each
+    value as the client's bytes meant it: UTF-8 when they are, else Latin-1 (aiohttp encodes
+    what it sends as UTF-8)."""
+    named: frozenset[str] = frozenset()
+    out: dict[str, str] = {}
+    for raw_name, raw_value in headers:
+        name = raw_name.decode("latin-1").lower()
+        if name in HOP_BY_HOP or name in drop:
+            if name == "connection":
+                more = raw_value.decode("latin-1").split(",")
+                named = named | {t.strip().lower() for t in more}
+            continue
+        try:
+            value = raw_value.decode()
+        except UnicodeDecodeError:
+            value = raw_value.decode("latin-1")
+        if name in out:  # repeated: joined as HTTP allows (a request has no Set-Cookie)
+            value = out[name] + ", " + value
+        out[name] = value
+    if named:
+        for name in named & out.keys():
+            del out[name]
+    return out
 
 
 def _presented_key(headers: Mapping[str, str]) -> bytes:
@@ -218,14 +259,3 @@ async def probe(upstream: Upstream) -> bool:
         return True
     except (SpillguardError, TimeoutError):
         return False
-
-
-def _utf8(value: str) -> str:
-    """A header value as the client's bytes meant it: Starlette decodes them as Latin-1, and
-    aiohttp encodes as UTF-8, so UTF-8 bytes would arrive upstream encoded twice."""
-    if value.isascii():
-        return value
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        return value

@@ -45,31 +45,44 @@ class EventStream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
-        lock = asyncio.Lock()  # a ping never lands inside another send
-        state = {"active": True, "gone": False}
+        # A ping never lands inside another send, without a lock a chunk: a ping takes `lock`
+        # and is skipped while a body send is under way (writes are paused then, and the
+        # client is about to get bytes anyway); a body send waits only for a ping under way.
+        lock = asyncio.Lock()
+        active = True  # the body may still send
+        sending = False  # a body send is under way
+        gone = False  # the client left
 
         async def watch() -> None:
+            nonlocal active, gone
             loop = asyncio.get_running_loop()
             due = loop.time() + self.ping
+            ping = {"type": "http.response.body", "body": self.ping_bytes, "more_body": True}
             while True:
                 try:
                     message = await asyncio.wait_for(receive(), max(due - loop.time(), 0))
                 except TimeoutError:
                     due += self.ping
-                    async with lock:
-                        if state["active"]:
-                            await send(
-                                {
-                                    "type": "http.response.body",
-                                    "body": self.ping_bytes,
-                                    "more_body": True,
-                                }
-                            )
+                    if active and not sending:
+                        async with lock:
+                            if active:
+                                await send(ping)
                     continue
                 if message["type"] == "http.disconnect":
-                    state["active"], state["gone"] = False, True
+                    active, gone = False, True
                     task.cancel()
                     return
+
+        async def body(chunk: bytes, more: bool) -> None:
+            nonlocal sending
+            message = {"type": "http.response.body", "body": chunk, "more_body": more}
+            if lock.locked():
+                async with lock:
+                    await send(message)
+                return
+            sending = True
+            await send(message)
+            sending = False
 
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
@@ -78,19 +91,17 @@ class EventStream(Response):
         try:
             try:
                 async for chunk in self.body_iterator:
-                    async with lock:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                async with lock:
-                    state["active"] = False
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    await body(chunk, True)
+                active = False
+                await body(b"", False)
             finally:
-                state["active"] = False
+                active = False
                 watcher.cancel()
                 aclose = getattr(self.body_iterator, "aclose", None)
                 if aclose is not None:
                     await aclose()
         except asyncio.CancelledError:
-            if not state["gone"]:
+            if not gone:
                 raise
             task.uncancel()  # the client left: the stream is over, not this task
         if self.background is not None:

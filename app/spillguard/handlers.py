@@ -9,17 +9,17 @@ ways. Each request's `Outcome` is recorded exactly once.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
-from starlette.requests import ClientDisconnect
 
+from . import jsonread
 from .context import Context, ErrorBody, error_body_for, response_ids
 from .detect import declared_tools
+from .downstream import ClientGone, read_body, until_disconnect
 from .errors import ClientError, SpillguardError
 from .eventstream import EventStream
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -27,10 +27,6 @@ from .mounts import Target
 from .outcome import Outcome
 from .proxy import Decision, Exchange, Head, action_headers, error_headers, open_upstream
 from .upstream import Upstream, end_to_end
-
-T = TypeVar("T")
-WATCH_AFTER = 0.05  # seconds before a handler waiting on the upstream watches its client
-
 
 # ---- the service routes ----------------------------------------------------------------------
 
@@ -68,8 +64,8 @@ async def _inspect(
     ctx: Context, decision: Decision, request: Request, outcome: Outcome
 ) -> Response:
     s = ctx.settings
-    body = await read_body(request, s.max_body, s.read_timeout)
-    url = decision.upstream.url(decision.wire.path, _query(request))
+    body = await read_body(request.receive, _declared(request), s.max_body, s.read_timeout)
+    url = decision.url(_query(request))
     obj = _parse(body)
     tools = declared_tools(obj)
     headers = ctx.upstream_headers(request, outcome)
@@ -86,7 +82,7 @@ async def _inspect(
     ex = Exchange("POST", url, headers, body, obj, tools, outcome, policy)
     if outcome.stream:
         return await _streamed(ctx, decision, request, ex)
-    status, rheaders, data = await until_disconnect(request, decision.reply(ex))
+    status, rheaders, data = await until_disconnect(request.receive, decision.reply(ex))
     outcome.answered(status)
     rheaders = response_ids(request.scope, rheaders | action_headers(outcome), outcome)
     return respond(Response(data, status), rheaders)
@@ -95,7 +91,7 @@ async def _inspect(
 async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exchange) -> Response:
     agen = decision.stream(ex)
     try:
-        head = await until_disconnect(request, anext(agen))
+        head = await until_disconnect(request.receive, anext(agen))
     except BaseException:
         await agen.aclose()
         raise
@@ -150,12 +146,12 @@ async def _pass(ctx: Context, request: Request, outcome: Outcome) -> Response:
     upstream = ctx.upstream_for(request)
     url = upstream.url(raw_rest, _query(request))
     headers = ctx.upstream_headers(request, outcome)
-    declared = request.headers.get("content-length", "")
+    declared = _declared(request)
     if declared.isdigit() and int(declared) > s.max_body:
         raise ClientError(413, "REQUEST_TOO_LARGE", "Request body too large")
     body: Any = None
     if request.method not in ("GET", "HEAD", "OPTIONS") or declared:
-        body = await read_body(request, s.max_body, s.read_timeout)
+        body = await read_body(request.receive, declared, s.max_body, s.read_timeout)
     return await _forward(ctx, upstream, request, outcome, url, headers, body)
 
 
@@ -170,7 +166,7 @@ async def _forward(
 ) -> Response:
     """Pass a request through untouched, streaming both ways."""
     opening = open_upstream(upstream, outcome, request.method, url, headers, body)
-    reply = await until_disconnect(request, opening)
+    reply = await until_disconnect(request.receive, opening)
     outcome.answered(reply.status)
 
     async def relay() -> AsyncIterator[bytes]:
@@ -197,10 +193,6 @@ async def _forward(
 # ---- shared ----------------------------------------------------------------------------------
 
 
-class ClientGone(Exception):
-    """The client disconnected while spillguard was still waiting on the upstream."""
-
-
 async def _handled(
     ctx: Context,
     request: Request,
@@ -225,70 +217,6 @@ async def _handled(
             ctx.observer.record(outcome)
 
 
-async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it if the client disconnects first (Starlette does not cancel a
-    handler when its client leaves). Call only after the request body has been read.
-
-    The client is watched from `WATCH_AFTER` seconds on: a reply that comes sooner costs no
-    watcher task, and a client that left before then is seen as gone at that moment."""
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    gone = False
-    watcher: asyncio.Task[None] | None = None
-
-    async def watch() -> None:
-        nonlocal gone
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        gone = True
-        task.cancel()
-
-    def start_watching() -> None:
-        nonlocal watcher
-        watcher = loop.create_task(watch())
-
-    timer = loop.call_later(WATCH_AFTER, start_watching)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if gone:
-            raise ClientGone() from None
-        raise
-    finally:
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
-
-
-async def read_body(request: Request, limit: int, timeout: float) -> bytes:
-    """The whole request body, refused with 413 past `limit` (before reading, when declared)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise ClientError(413, "REQUEST_TOO_LARGE", f"Request body exceeds {limit} bytes")
-    parts, size = [], 0
-    try:
-        async with asyncio.timeout(timeout):  # a client that stops sending holds no slot
-            while True:
-                message = await request.receive()
-                if message["type"] != "http.request":  # the client left
-                    raise ClientDisconnect()
-                part = message.get("body", b"")
-                size += len(part)
-                if size > limit:
-                    raise ClientError(
-                        413, "REQUEST_TOO_LARGE", f"Request body exceeds {limit} bytes"
-                    )
-                parts.append(part)
-                if not message.get("more_body", False):
-                    break
-    except TimeoutError:
-        raise ClientError(
-            408, "REQUEST_TIMEOUT", "The request body did not arrive in time"
-        ) from None
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
 def error_response(
     error: SpillguardError,
     headers: dict[str, str] | None = None,
@@ -306,6 +234,14 @@ def respond(response: Response, headers: dict[str, str]) -> Response:
     return response
 
 
+def _declared(request: Request) -> str:
+    """The request's Content-Length as sent ('' without one), read from the raw headers."""
+    for name, value in request.scope["headers"]:
+        if name == b"content-length":
+            return cast(bytes, value).decode("latin-1")
+    return ""
+
+
 def _query(request: Request) -> str:
     """The request's query string, as `request.url.query` has it (without building the URL)."""
     return cast(bytes, request.scope.get("query_string", b"")).decode("latin-1")
@@ -313,6 +249,6 @@ def _query(request: Request) -> str:
 
 def _parse(body: bytes) -> Any:
     try:
-        return json.loads(body)
+        return jsonread.loads(body)
     except (ValueError, RecursionError):
         return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 TTL = 24 * 3600.0  # seconds a splice is remembered
@@ -30,15 +30,20 @@ CHARS = 16 * 1024 * 1024  # characters of the client's items remembered at most
 class Spliced:
     """One spliced response: the id the client holds, the upstream response that holds what
     the client received, and the first attempt's items as the client received them, by id
-    (closed at the text the client has; an upstream copy would hold the markup)."""
+    (closed at the text the client has; an upstream copy would hold the markup). `output` and
+    `created_at` are what the client's final response listed and said, for a later `GET` of it
+    (`chains.Lookup`)."""
 
     response_id: str
     upstream_id: str
-    items: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    items: Mapping[str, dict[str, Any]]
+    output: tuple[dict[str, Any], ...]
+    created_at: Any
 
     @property
     def size(self) -> int:
-        return 1 + sum(len(str(item)) for item in self.items.values())
+        kept = [*self.items.values(), *self.output]
+        return 1 + sum(len(str(item)) for item in kept)
 
 
 class IdMap(Protocol):
@@ -53,6 +58,12 @@ class IdMap(Protocol):
 
     def item(self, item_id: str) -> dict[str, Any] | None:
         """The client's copy of a spliced response's first-attempt item, if it is one."""
+
+    def spliced(self, response_id: str) -> Spliced | None:
+        """The splice that made the client's `response_id`, if it was spliced."""
+
+    def forget(self, response_id: str) -> None:
+        """The client's response is gone (it deleted it): its splice is no longer named."""
 
 
 class LocalIdMap:
@@ -93,17 +104,20 @@ class LocalIdMap:
         self._expire()
 
     def response(self, response_id: str) -> str | None:
-        found = self._get(response_id)
+        found = self.spliced(response_id)
         return found.upstream_id if found is not None else None
 
     def item(self, item_id: str) -> dict[str, Any] | None:
-        found = self._get(self._items.get(item_id, ""))
+        found = self.spliced(self._items.get(item_id, ""))
         return found.items.get(item_id) if found is not None else None
 
-    def _get(self, response_id: str) -> Spliced | None:
+    def spliced(self, response_id: str) -> Spliced | None:
         self._expire()
         entry = self._splices.get(response_id)
         return entry[1] if entry is not None else None
+
+    def forget(self, response_id: str) -> None:
+        self._drop(response_id)
 
     def _expire(self) -> None:
         now = self._clock()

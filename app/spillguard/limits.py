@@ -9,12 +9,11 @@ the observer (`observe.Refusal`); nothing of the request but its method, path an
 from __future__ import annotations
 
 import hmac
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .context import error_body_for
+from .context import error_body_for, request_id
 from .errors import ClientError
 from .observe import Observer, Refusal, log_refusal
 from .settings import Settings
@@ -47,14 +46,6 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
         if name in (b"x-api-key", b"api-key"):  # Anthropic SDKs; Azure-style clients
             return value.strip()
     return None
-
-
-def request_id(headers: list[tuple[bytes, bytes]]) -> str:
-    """The client's x-request-id (cut as the handlers cut it), or a new one."""
-    for name, value in headers:
-        if name == b"x-request-id" and value:
-            return value.decode("latin-1")[:128]
-    return f"sg-{uuid.uuid4().hex}"
 
 
 class Limits:

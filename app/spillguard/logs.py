@@ -43,6 +43,9 @@ class JsonFormatter(logging.Formatter):
         if isinstance(extra, dict):
             out.update(extra)
         out.update(_exception(record))
+        text = json.dumps(out, ensure_ascii=False, default=str)
+        if self.redact.finds_nothing(text):  # most lines: nothing to redact
+            return text
         text = json.dumps(self.redact.deep(out), ensure_ascii=False, default=str)
         return self.redact(text)
 
@@ -53,11 +56,17 @@ class ConsoleFormatter(logging.Formatter):
         self.redact = redact or Redactor([])
 
     def format(self, record: logging.LogRecord) -> str:
-        fields = dict(getattr(record, "fields", None) or {})
-        findings = fields.pop("findings", None) or []
-        fields.update(_exception(record))
-        text = f"{record.levelname.lower():7} {record.getMessage()}"
-        text += "".join(f" {k}={v}" for k, v in fields.items() if v not in (None, "", []))
+        fields = getattr(record, "fields", None) or {}
+        if record.exc_info:
+            fields = {**fields, **_exception(record)}
+        parts = [f"{record.levelname.lower():7} {record.getMessage()}"]
+        findings: list[dict[str, Any]] = []
+        for k, v in fields.items():
+            if k == "findings":
+                findings = v or []
+            elif v is not None and v != "" and v != []:
+                parts.append(f" {k}={v}")
+        text = "".join(parts)
         for found in findings:
             text += "\n        leaked " + " ".join(
                 f"{k}={v!r}" if k == "excerpt" else f"{k}={v}" for k, v in found.items()

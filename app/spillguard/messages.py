@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
+from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies, may_find
 from .errors import SpillguardError
 from .messages_events import is_call
 from .messages_repair import repair_reply, reply_markup
@@ -69,7 +69,7 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
         return None
     for block in blocks:
         thought = _text(block, "thinking")
-        if thought is None:
+        if thought is None or not may_find(thought, tools, blobs=False):  # scanned without blobs
             continue
         turn = TurnScanner(tools, hold_limit)
         turn.feed_reasoning(thought)

@@ -32,6 +32,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -105,6 +106,23 @@ class ModelLabels:
             return "other"
         self.seen.add(label)
         return label
+
+
+class Children:
+    """A metric's labelled children, kept by their label values: every request counts under
+    the same few, and prometheus-client's `labels()` validates and locks on each call."""
+
+    __slots__ = ("known", "metric")
+
+    def __init__(self, metric: Any) -> None:
+        self.metric = metric
+        self.known: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self.known.get(values)
+        if child is None:
+            child = self.known[values] = self.metric.labels(*values)
+        return child
 
 
 class Metrics:
@@ -227,10 +245,13 @@ class Metrics:
             registry=own,
             multiprocess_mode="livesum",
         )
+        self._requests = Children(self.requests)
+        self._upstream_latency = Children(self.upstream_latency)
+        self._added_latency = Children(self.added_latency)
 
     def observe(self, outcome: Outcome) -> None:
         up = outcome.upstream
-        self.requests.labels(outcome.route, outcome.mode, str(outcome.action), up).inc()
+        self._requests(outcome.route, outcome.mode, outcome.action.value, up).inc()
         for found in outcome.findings:
             model = self.model(outcome.model)
             self.findings.labels(found.family, model, up).inc()
@@ -254,8 +275,8 @@ class Metrics:
         if outcome.upstream_calls:
             upstream = outcome.upstream_ms / 1000
             added = max(outcome.total_ms / 1000 - upstream, 0.0)
-            self.upstream_latency.labels(outcome.route, up).observe(upstream)
-            self.added_latency.labels(outcome.route).observe(added)
+            self._upstream_latency(outcome.route, up).observe(upstream)
+            self._added_latency(outcome.route).observe(added)
 
     def refused(self, code: str) -> None:
         self.refusals.labels(code.lower()).inc()

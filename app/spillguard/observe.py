@@ -26,21 +26,6 @@ from .tracing import Tracing
 
 log = logging.getLogger("spillguard")
 
-LOGGED = (
-    "request_id",
-    "route",
-    "mode",
-    "upstream",
-    "stream",
-    "model",
-    "status",
-    "family",
-    "tool_name",
-    "attempts",
-    "error",
-    "upstream_calls",
-)
-
 PATH_CHARS = 200
 
 
@@ -154,14 +139,26 @@ class Observer:
         level = self._level if outcome.findings or outcome.anomalies else logging.INFO
         if not log.isEnabledFor(level):
             return
-        fields: dict[str, Any] = {k: getattr(outcome, k) for k in LOGGED}
-        fields["outcome"] = str(outcome.action)
-        fields["upstream_status"] = (
-            outcome.upstream_statuses[-1] if outcome.upstream_statuses else None
-        )
-        fields["upstream_ms"] = outcome.upstream_ms
-        fields["added_ms"] = round(max(outcome.total_ms - outcome.upstream_ms, 0.0), 2)
-        fields["total_ms"] = outcome.total_ms
+        statuses = outcome.upstream_statuses
+        fields: dict[str, Any] = {
+            "request_id": outcome.request_id,
+            "route": outcome.route,
+            "mode": outcome.mode,
+            "upstream": outcome.upstream,
+            "stream": outcome.stream,
+            "model": outcome.model,
+            "status": outcome.status,
+            "family": outcome.family,
+            "tool_name": outcome.tool_name,
+            "attempts": outcome.attempts,
+            "error": outcome.error,
+            "upstream_calls": outcome.upstream_calls,
+            "outcome": outcome.action.value,
+            "upstream_status": statuses[-1] if statuses else None,
+            "upstream_ms": outcome.upstream_ms,
+            "added_ms": round(max(outcome.total_ms - outcome.upstream_ms, 0.0), 2),
+            "total_ms": outcome.total_ms,
+        }
         if outcome.findings and log.isEnabledFor(self._leak_level):
             limit = self.settings.excerpt_limit
             fields["findings"] = [

@@ -73,12 +73,16 @@ def tightens(asked: Mode, given: Mode) -> bool:
 def header_mode(headers: Mapping[str, str]) -> Mode | None:
     """The mode `x-spillguard-mode` asks for (any case, spaces around ignored); None when the
     header is absent. Anything else - no mode, or the header twice - is a 400."""
-    value = headers.get(MODE_HEADER)
+    getlist = getattr(headers, "getlist", None)  # Starlette's headers keep repeats
+    if getlist is not None:  # (and `get` of an absent name costs them a KeyError)
+        values = getlist(MODE_HEADER)
+        if len(values) > 1:
+            raise ClientError(400, "INVALID_MODE_HEADER", f"{MODE_HEADER} was sent more than once")
+        value = values[0] if values else None
+    else:
+        value = headers.get(MODE_HEADER)
     if value is None:
         return None
-    getlist = getattr(headers, "getlist", None)  # Starlette's headers keep repeats
-    if getlist is not None and len(getlist(MODE_HEADER)) > 1:
-        raise ClientError(400, "INVALID_MODE_HEADER", f"{MODE_HEADER} was sent more than once")
     try:
         return Mode(value.strip().lower())
     except ValueError:

@@ -10,11 +10,11 @@ markup spells out, from the one upstream call; whatever cannot be repaired is re
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from . import jsonread
 from .chains import Chains
 from .correction import correction
 from .detect import Finding
@@ -26,7 +26,7 @@ from .repair import may_repair, repair_calls
 from .settings import Mode, Settings
 from .sse import SSEError
 from .start import ResponseStart, Send
-from .upstream import Reply, Upstream, end_to_end
+from .upstream import Upstream, end_to_end
 from .usage import Usage
 from .wire import Repairable, Stream, Wire
 
@@ -48,6 +48,11 @@ class Decision:
         self.wire = wire
         self.chains = Chains(settings, wire.chaining)  # spliced responses named later
         self.relay = Relay(settings, wire, self.chains)
+        self._url = upstream.url(wire.path, "")  # checked once: the wire's path never changes
+
+    def url(self, query: str) -> str:
+        """Where this wire's requests go upstream, with the client's query string."""
+        return f"{self._url}?{query}" if query else self._url
 
     def _leak(self, ex: Exchange, finding: Finding, attempt: int) -> LeakedToolCall:
         ex.outcome.act(Action.FAILED)
@@ -63,11 +68,6 @@ class Decision:
     def _note(self, ex: Exchange, finding: Finding, attempt: int, usage: Usage | None) -> None:
         outcome = ex.outcome
         outcome.finding(finding.family, finding.tool_name, attempt, finding.excerpt, usage)
-
-    async def _open(self, ex: Exchange, body: bytes) -> Reply:
-        return await open_upstream(
-            self.upstream, ex.outcome, ex.method, ex.url, ex.headers, body, decode=True
-        )
 
     def _retry(self, ex: Exchange, found: tuple[Finding, str], attempt: int) -> bytes:
         """The retry request. One that cannot be written as standard JSON (a body too deep, a
@@ -89,7 +89,10 @@ class Decision:
         body = ex.body
         for attempt in (1, 2):
             ex.outcome.attempt(attempt)
-            async with await self._open(ex, body) as reply:
+            opening = open_upstream(
+                self.upstream, ex.outcome, ex.method, ex.url, ex.headers, body, decode=True
+            )
+            async with await opening as reply:
                 data = await reply.read(s.max_reply)
                 headers = end_to_end(reply.headers, REFRAMED)
                 status, ctype, identity = reply.status, reply.content_type, reply.identity
@@ -110,7 +113,7 @@ class Decision:
         setting the action; the finding and the leaked text to retry with; or raise the leak
         when there is no retry left."""
         try:
-            parsed = json.loads(data)
+            parsed = jsonread.loads(data)
         except (ValueError, RecursionError):
             parsed = None
         found = self.wire.inspect_reply(parsed, ex.tools, ex.policy.hold_limit) if parsed else None
@@ -142,7 +145,7 @@ class Decision:
         body = self.wire.repair_reply(data, parsed, finding, prose, calls) if calls else None
         if calls is None or body is None:
             return None
-        ex.outcome.saw(self.wire.reply_anomalies(json.loads(body), ex.tools), attempt)
+        ex.outcome.saw(self.wire.reply_anomalies(jsonread.loads(body), ex.tools), attempt)
         ex.outcome.repaired(calls)
         return body
 
@@ -185,7 +188,10 @@ class Decision:
         for attempt in (1, 2):
             ex.outcome.attempt(attempt)
             start.next_attempt()
-            async with await self._open(ex, body) as reply:
+            opening = open_upstream(
+                self.upstream, ex.outcome, ex.method, ex.url, ex.headers, body, decode=True
+            )
+            async with await opening as reply:
                 json_reply = reply.status == 200 and "json" in reply.content_type
                 if json_reply and reply.identity and not start.started:
                     # A stream request answered with one JSON reply: judge it whole.

@@ -19,12 +19,13 @@ from .errors import ReplyTooLarge
 from .exchange import Exchange, Head, action_headers
 from .outcome import Action
 from .settings import Mode, Settings
-from .sse import Out, SSEDecoder
+from .sse import Event, SSEDecoder
 from .start import ResponseStart, Send
 from .upstream import Reply
 from .wire import Stream, Wire
 
 DRAIN_SECONDS = 1.0  # at most this long reading on after a marker, for the name and family
+TURN = 32  # events one stream judges before it lets the event loop run the others
 
 
 def passed(attempt: int) -> Action:
@@ -42,6 +43,23 @@ class Attempt:
     headers: dict[str, str]  # the upstream's, for the response head
     held: bytes = b""  # prose that came with the marker while the response had not started
     complete: bool = False  # a leaking stream was read to its end within the hold limit
+
+
+def _judged(stream: Stream, events: list[Event], observe: bool) -> tuple[bytes, bool]:
+    """The events fed to the stream: the bytes to publish, and whether they mean anything to
+    the client (observe mode publishes every event as it came)."""
+    parts: list[bytes] = []
+    meaningful = False
+    for event in events:
+        outs = stream.feed(event)
+        if observe:
+            parts.append(event.raw)
+            meaningful = True
+            continue
+        for out in outs:
+            parts.append(out.data)
+            meaningful = meaningful or out.meaningful
+    return b"".join(parts), meaningful
 
 
 class Relay:
@@ -73,6 +91,7 @@ class Relay:
         decoder = SSEDecoder()
         loop = asyncio.get_running_loop()
         remember = splice and self.chains.stored(ex)  # a stored splice, for later requests
+        turn = 0  # events judged since this stream last let the event loop run the others
         while True:
             # A keep-alive is due `keepalive` seconds after the client's last byte (or its
             # request), however steadily the upstream sends text that is held back.
@@ -82,38 +101,60 @@ class Relay:
                 for item in self.send(at, start.idle(self.wire.keepalive)):
                     yield item
                 continue
-            outs: list[Out] = []
-            for event in decoder.feed(chunk) if chunk else decoder.flush():
-                fed = stream.feed(event)
-                outs.extend([Out(event.raw)] if observe else fed)
-            if not chunk:  # the upstream's stream ended
-                if stream.certain:
-                    stream.settle()
-                else:
-                    tail = stream.finish()
-                    if not observe and not stream.certain:
-                        outs.extend(tail)
-                        if stream.trailer:
-                            outs.append(Out(stream.trailer))
-            leaking = stream.certain and not observe  # this attempt publishes no more
-            if remember and self.chains.remember(stream):  # before the client has the id
-                remember = False
-            # Output is publishable by construction; the start policy says when it may go.
-            data = b"".join(o.data for o in outs)
-            meaningful = any(o.meaningful for o in outs)
-            send = start.output(data, meaningful=meaningful, last=not chunk, leaking=leaking)
-            if send is not None:
-                for item in self.send(at, send):
-                    yield item
-            elif leaking and not start.started:
-                at.held = data
-            if not observe and stream.holding > ex.policy.hold_limit:
-                raise ReplyTooLarge(f"Held back more than {ex.policy.hold_limit} characters")
-            if not chunk or leaking:
+            events = decoder.feed(chunk) if chunk else decoder.flush()
+            last = not chunk  # the upstream's stream ended
+            begin, count = 0, len(events)
+            while True:
+                # A piece that is already buffered is read without waiting, so a fast upstream
+                # would hold the event loop for a whole burst: at most TURN events a turn.
+                end = count if count - begin <= TURN - turn else begin + TURN - turn
+                part = events if begin == 0 and end == count else events[begin:end]
+                data, meaningful = _judged(stream, part, observe)
+                turn += end - begin
+                ends = last and end == count
+                if ends:
+                    if stream.certain:
+                        stream.settle()
+                    else:
+                        tail = stream.finish()
+                        if not observe and not stream.certain:
+                            data += b"".join(o.data for o in tail)
+                            meaningful = meaningful or any(o.meaningful for o in tail)
+                            if stream.trailer:
+                                data += stream.trailer
+                                meaningful = True
+                leaking = stream.certain and not observe  # this attempt publishes no more
+                if remember and self.chains.remember(stream):  # before the client has the id
+                    remember = False
+                # Output is publishable by construction; the start policy says when it may go.
+                send = start.output(data, meaningful=meaningful, last=ends, leaking=leaking)
+                if send is not None and not send.start:  # the common case, without a list
+                    start.delivered(loop.time())
+                    yield send.data
+                elif send is not None:
+                    for item in self.send(at, send):
+                        yield item
+                elif leaking and not start.started:
+                    at.held = data
+                if not observe and stream.holding > ex.policy.hold_limit:
+                    raise ReplyTooLarge(f"Held back more than {ex.policy.hold_limit} characters")
+                if leaking:  # the rest of the piece is read on, for the finding's name
+                    for event in events[end:]:
+                        stream.feed(event)
+                    if last and end < count:
+                        stream.settle()
+                    break
+                if turn >= TURN:
+                    await asyncio.sleep(0)
+                    turn = 0
+                if end == count:
+                    break
+                begin = end
+            if last or leaking:
                 break
         if not leaking:
             return
-        if not chunk:
+        if last:
             at.complete = True
         elif read_out:
             async for item in self._read_out(at, reply, decoder):

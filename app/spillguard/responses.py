@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies
+from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies, may_find
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
 from .rawjson import elements, replace_values
@@ -61,6 +61,8 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
     called = any(is_call(i) for i in items)
     for item in items:
         for text in _summaries(item):
+            if not may_find(text, tools, blobs=False):  # reasoning is scanned without blobs
+                continue
             turn = TurnScanner(tools, hold_limit)
             if called:
                 turn.structured_call()

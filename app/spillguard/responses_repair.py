@@ -6,6 +6,11 @@ as written, the leaking message cut to its prose or dropped when that is blank, 
 one. A stream closes the message the client has open at the text it has and sends the items as
 the API streams them (`responses_stream.py` decides when). A response that holds a call item
 already, or anything after the leaked part, cannot be repaired: the decision retries.
+
+So that a stream and a whole reply agree, a first attempt's message is not announced to the
+client until it shows text that is not white space (`Unshown`): a leak with no prose before it
+then leaves no message behind, streamed or whole, and the SDKs (openai-python's final response,
+the Vercel AI SDK's text parts) see no empty message.
 """
 
 from __future__ import annotations
@@ -199,3 +204,69 @@ class Tail:
         if final is None:
             return None
         return [*pending, *((e, None, True) for e in [*events, final])]
+
+
+class Unshown:
+    """A first attempt's message item, withheld while it shows the client nothing: its
+    `output_item.added`, a blank `content_part.added` and deltas of white space wait, and go
+    out, in order, just before the first event that shows something or belongs elsewhere (or at
+    the upstream's end). A leak found meanwhile drops them: the client never learns of the
+    message. More than `limit` characters of white space release it (held text is bounded)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._item: int | None = None  # the message's output index, while it is withheld
+        self._held: list[Pending] = []
+        self._blank = 0  # characters of white space held
+
+    def route(self, pending: list[Pending], final: bool, leaked: bool) -> list[Pending]:
+        """The events that may go out now; `final` at the upstream's end, `leaked` once the
+        attempt has a finding (what is still withheld then is dropped)."""
+        out: list[Pending] = []
+        for p in pending:
+            out += self._route(p)
+        if leaked:
+            self._item, self._held, self._blank = None, [], 0
+        elif final:
+            out += self._release()
+        return out
+
+    def _route(self, p: Pending) -> list[Pending]:
+        data = p[0]
+        oi = data.get("output_index")
+        if data.get("type") == "response.output_item.added" and _is_message(data.get("item")):
+            out = self._release()
+            if isinstance(oi, int):
+                self._item, self._held = oi, [p]
+                return out
+            return [*out, p]
+        if self._item is None or oi != self._item:
+            return [*self._release(), p]
+        blank = _blank_text(data)
+        if blank is None or self._blank + len(blank) > self._limit:
+            return [*self._release(), p]
+        self._blank += len(blank)
+        self._held.append(p)
+        return []
+
+    def _release(self) -> list[Pending]:
+        held, self._item, self._held, self._blank = self._held, None, [], 0
+        return held
+
+
+def _is_message(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "message"
+
+
+def _blank_text(data: dict[str, Any]) -> str | None:
+    """The white space a message's event adds while it shows nothing (its part opening, a
+    delta of white space), or None when the event shows something."""
+    kind = data.get("type")
+    if kind == "response.content_part.added":
+        part = data.get("part")
+        text = part.get("text", "") if isinstance(part, dict) else None
+    elif kind == "response.output_text.delta":
+        text = data.get("delta")
+    else:
+        return None
+    return text if isinstance(text, str) and not text.strip() else None

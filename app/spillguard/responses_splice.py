@@ -91,6 +91,7 @@ class Splice:
         self._held: list[Pending] = []
         self._messages = 0
         self._removed: set[int] = set()  # the retry's items never sent (all repeat)
+        self._output: list[dict[str, Any]] = []  # the client's final output, once completed
 
     @property
     def holding(self) -> int:
@@ -173,7 +174,8 @@ class Splice:
             if oi not in self._removed
         ]
         self.done = data.get("type") == "response.completed"
-        return {**data, "response": {**response, "output": self.carried + output}}
+        self._output = self.carried + output
+        return {**data, "response": {**response, "output": self._output}}
 
     def record(self, identity: dict[str, Any]) -> Spliced | None:
         """The splice as the `IdMap` keeps it, once the retry's response has completed."""
@@ -181,7 +183,8 @@ class Splice:
         if not self.done or self.upstream_id is None or not isinstance(response_id, str):
             return None
         items = {i["id"]: i for i in self.closed if isinstance(i.get("id"), str)}
-        return Spliced(response_id, self.upstream_id, items)
+        output = tuple(self._output)
+        return Spliced(response_id, self.upstream_id, items, output, identity.get("created_at"))
 
     def _cut(self, oi: int, index: Any, holder: Any) -> Any:
         """`holder` (an event or a part) with its `text` trimmed as part (oi, index) was."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 KEEPALIVE = b": keep-alive\n\n"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one a published event: not frozen, which costs three times as much
 class Send:
     """Bytes for the client; `start` when the response head must go out before them."""
 

@@ -111,7 +111,12 @@ class Reply:
         encoding = resp.headers.get("content-encoding", "").strip().lower()
         self.decoded = decode and encoding in ("gzip", "deflate", "x-gzip")
         self._zlib = zlib.decompressobj(47 if "gzip" in encoding else 15) if self.decoded else None
-        self._pending: asyncio.Future[bytes] | None = None
+        # `wait_chunk`'s bound: one timer a reply, moved on lazily, that cancels the read it
+        # finds waiting past `_due` (a cancelled read loses nothing: aiohttp keeps the bytes).
+        self._due = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting: asyncio.Task[Any] | None = None
+        self._woke = False
 
     @property
     def content_type(self) -> str:
@@ -176,24 +181,56 @@ class Reply:
         """The next piece of the body; b"" at the end. The total deadline applies."""
         since = time.perf_counter()
         try:
-            if self._pending is not None:
-                return await self._wait_chunk(None) or b""
             return await self._read_raw()
         finally:
             self._on_wait(time.perf_counter() - since)
 
     async def wait_chunk(self, wait: float | None) -> bytes | None:
-        """Like `chunk`, but give up waiting after `wait` seconds and return None; the read
-        goes on and the next call picks it up."""
-        if self._pending is None:  # a piece already here costs no wait, and no task
-            data = self._buffered()
-            if data is not None:
-                return data
+        """Like `chunk`, but give up waiting after `wait` seconds and return None; the next
+        call reads on. No task and no timer a call: a piece already here costs no wait, and
+        the bound is one timer a reply, moved on only when it comes due."""
+        data = self._buffered()
+        if data is not None:
+            return data
+        loop = asyncio.get_running_loop()
+        self._due = self._deadline if wait is None else min(loop.time() + wait, self._deadline)
+        if self._timer is not None and self._timer.when() > self._due:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None:
+            self._timer = loop.call_at(self._due, self._wake)
+        task = self._waiting = asyncio.current_task()
+        assert task is not None
         since = time.perf_counter()
         try:
-            return await self._wait_chunk(wait)
+            return await self._read_raw()
+        except asyncio.CancelledError:
+            if not self._woke:
+                raise
+            self._woke = False
+            if task.uncancel() > 0:  # cancelled from elsewhere too
+                raise
         finally:
+            self._waiting = None
+            if self._woke:  # woken, but the read ended otherwise: take the cancel back
+                self._woke = False
+                task.uncancel()
             self._on_wait(time.perf_counter() - since)
+        if loop.time() >= self._deadline:
+            raise UpstreamTimeout("Upstream exceeded the total deadline")
+        return None
+
+    def _wake(self) -> None:
+        """The bound's timer: a wait still under way past its due time is ended."""
+        self._timer = None
+        if self._waiting is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._due:  # the wait moved on since the timer was set
+            self._timer = loop.call_at(self._due, self._wake)
+            return
+        self._woke = True
+        self._waiting.cancel()
 
     async def read(self, limit: int) -> bytes:
         """The whole body, under the total deadline (aiohttp's, not one timer per read)."""
@@ -209,30 +246,14 @@ class Reply:
             self._on_wait(time.perf_counter() - since)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def _wait_chunk(self, wait: float | None) -> bytes | None:
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self._read_raw())
-        loop = asyncio.get_running_loop()
-        left = self._deadline - loop.time()
-        limit = left if wait is None else min(wait, left)
-        done, _ = await asyncio.wait({self._pending}, timeout=max(limit, 0))
-        if not done:
-            if loop.time() >= self._deadline:
-                self._pending.cancel()
-                self._pending = None
-                raise UpstreamTimeout("Upstream exceeded the total deadline")
-            return None
-        task, self._pending = self._pending, None
-        return task.result()
-
     async def iter_raw(self) -> AsyncIterator[bytes]:
         while data := await self.chunk():
             yield data
 
     def close(self) -> None:
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._resp.close()
 
     async def __aenter__(self) -> Reply:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner
+from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, may_find
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
 from .rawjson import append_items
@@ -27,6 +27,8 @@ def content_finding(
     """The first finding among a whole reply's text parts, each judged as a stream would judge
     it (a `TurnScanner` per part), with the turn's text up to the markup."""
     for n, text in enumerate(texts):
+        if not may_find(text, tools):
+            continue  # no scanner could find anything in this part
         turn = TurnScanner(tools, hold_limit)
         turn.feed_content(text)
         turn.finish()

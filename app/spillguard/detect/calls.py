@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import schema, values
+from .calls_invoke import INVOKE_PARSERS
 from .calls_json import JSON_PARSERS
 from .calls_python import PYTHON_PARSERS
 from .calls_tokens import TOKEN_PARSERS
@@ -26,6 +27,7 @@ PARSERS: Mapping[str, Parser] = {
     **JSON_PARSERS,
     **TOKEN_PARSERS,
     **XML_PARSERS,
+    **INVOKE_PARSERS,
     **PYTHON_PARSERS,
 }
 

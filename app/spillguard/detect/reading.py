@@ -1,5 +1,6 @@
 """What the per-family call parsers share: a cursor over the markup, drift-tolerant tokens,
-strict JSON, and the JSON call objects several families carry.
+strict JSON, the JSON call objects several families carry, and the bare-text parameter values
+the XML-ish families carry.
 
 A parser reads the markup from its first character and must reach its end (white space, a
 trailing end-of-turn token and the family's own closers aside); anything it cannot read raises
@@ -17,6 +18,7 @@ from typing import Any
 from .blob import ARG_KEYS, ENVELOPE_KEYS, NAME_KEYS, VOCABULARY
 from .markers import BAR, SEP
 from .tools import ToolSet
+from .values import Untyped
 
 
 class NoParse(Exception):
@@ -231,3 +233,30 @@ def calls_of(value: Any, tools: ToolSet) -> list[Draft]:
             raise NoParse("no calls")
         return [call_object(item, tools) for item in value]
     return [call_object(value, tools)]
+
+
+# ---- bare-text parameter values (the XML-ish families) ----------------------------------------
+
+_CDATA = re.compile(r"\s*<!\[CDATA\[(.*)\]\]>\s*", re.S)
+
+
+def text_value(raw: str) -> str:
+    """A parameter's value as written between its tags (a CDATA section gives its inside)."""
+    cdata = _CDATA.fullmatch(raw)
+    return cdata.group(1) if cdata else raw
+
+
+def put(arguments: dict[str, Any], key: str | None, value: Any) -> None:
+    """One argument read from its tags; a key without a name, or named twice, is NoParse."""
+    if not key or key in arguments:
+        raise NoParse("a parameter without a name, or named twice")
+    arguments[key] = value
+
+
+def params(r: Reader, opener: re.Pattern[str], closer: re.Pattern[str]) -> dict[str, Any]:
+    """`<parameter name="K">v</parameter>`-like pairs: the opener's attributes name the key."""
+    arguments: dict[str, Any] = {}
+    while (m := r.take(opener)) is not None:
+        raw, _ = r.until(closer)
+        put(arguments, attributes(m).get("name"), Untyped(text_value(raw)))
+    return arguments

@@ -137,32 +137,49 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def _admitted(declared: Any, key: str) -> set[str]:
-    """The types the tool's schema `declared` admits for `key`'s value."""
+@dataclass(frozen=True)
+class _Schema:
+    """A tool's schema as typing reads it: its dialect (from `$schema`; 2020-12 when absent or
+    unknown, as validation has it) and its root."""
+
+    spec: Specification[Any]
+    root: _At
+
+    def admitted(self, key: str) -> set[str]:
+        """The types the schema admits for `key`'s value, read with bounds of its own."""
+        reading = _Reading(self.spec)
+        try:
+            at = reading.property(self.root, key)
+            return reading.types(at) if at is not None else set()
+        except Exception:  # a client's schema may break `referencing` in any way: no types
+            return set()
+
+
+def _schema(declared: Any) -> _Schema | None:
+    """The tool's schema `declared` ready to be read; None when `referencing` refuses it."""
     try:
         dialect = declared.get("$schema") if isinstance(declared, dict) else None
-        spec = (
-            specification_with(dialect, default=DRAFT202012)
-            if isinstance(dialect, str)
-            else DRAFT202012
-        )
-        reading = _Reading(spec)
-        root = _At(declared, LOCAL_ONLY.resolver_with_root(spec.create_resource(declared)))
-        at = reading.property(root, key)
-        return reading.types(at) if at is not None else set()
-    except Exception:  # a client's schema may break `referencing` in any way: it says nothing
-        return set()
+        spec = DRAFT202012
+        if isinstance(dialect, str):
+            spec = specification_with(dialect, default=DRAFT202012)
+        resolver = LOCAL_ONLY.resolver_with_root(spec.create_resource(declared))
+        return _Schema(spec, _At(declared, resolver))
+    except Exception:  # a client's schema may break `referencing` in any way: no types
+        return None
 
 
 def typed(arguments: Mapping[str, Any], declared: Any) -> dict[str, Any]:
     """`arguments` with each Untyped value replaced by the value it stands for under its
     property's schema in `declared` (the tool's parameters; None when it has none)."""
-    return {
-        key: type_text(value.text, _admitted(declared, key))
-        if isinstance(value, Untyped)
-        else value
-        for key, value in arguments.items()
-    }
+    if not any(isinstance(value, Untyped) for value in arguments.values()):
+        return dict(arguments)
+    schema = _schema(declared)
+    out: dict[str, Any] = {}
+    for key, value in arguments.items():
+        if isinstance(value, Untyped):
+            value = type_text(value.text, schema.admitted(key) if schema else set())
+        out[key] = value
+    return out
 
 
 # ---- reading the text as one of the admitted types ------------------------------------------

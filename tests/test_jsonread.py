@@ -1,0 +1,100 @@
+"""`jsonread.loads` returns exactly what `json.loads` returns, or raises what it raises."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spillguard.jsonread import loads
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=2**62, max_value=2**70),
+    st.integers(min_value=-(2**70), max_value=-(2**62)),
+    st.floats(),
+    st.text(),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _same(data: bytes) -> None:
+    try:
+        want: Any = ("ok", repr(json.loads(data)))
+    except (ValueError, RecursionError) as exc:
+        want = ("error", type(exc))
+    try:
+        got: Any = ("ok", repr(loads(data)))
+    except (ValueError, RecursionError) as exc:
+        got = ("error", type(exc))
+    assert got == want
+
+
+@settings(max_examples=500)
+@given(VALUES, st.booleans(), st.booleans())
+def test_any_json_text_reads_as_the_standard_library_reads_it(
+    value: Any, ascii_only: bool, compact: bool
+) -> None:
+    separators = (",", ":") if compact else (", ", ": ")
+    text = json.dumps(value, ensure_ascii=ascii_only, separators=separators)
+    _same(text.encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=40))
+def test_any_bytes_read_or_fail_as_the_standard_library_does(data: bytes) -> None:
+    _same(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a": 1, "b": 2, "a": 3}',
+        b"[9223372036854775807, 9223372036854775808, -9223372036854775809]",
+        b"[18446744073709551616, 12345678901234567890123]",
+        b'["1234567890123456789", 1.5e400, -0.0, 5e-324]',
+        b"[NaN, Infinity, -Infinity]",
+        b'"\\ud800"',
+        b"\xef\xbb\xbf[1]",
+        '{"k": "caf\u00e9"}'.encode("utf-16"),
+        b"[" * 2000 + b"]" * 2000,
+        b"[1,]",
+        b"",
+    ],
+)
+def test_the_edges_where_orjson_differs_read_as_the_standard_library_reads_them(
+    data: bytes,
+) -> None:
+    _same(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "long"),
+    [
+        (b'{"id": "chatcmpl-00000000000000000000001"}', False),
+        (b'{"n": 12345678901234567890}', True),
+        (b'{"n":-12345678901234567890}', True),
+        (b"[1, \n 12345678901234567890]", True),
+        (b"12345678901234567890", True),
+        (b'["x", "a 12345678901234567890"]', False),
+        (b'["x, 12345678901234567890"]', True),  # inside a string, but reads as a number's place
+        (b'{"f": 0.12345678901234567890}', False),
+        (b'{"s": "1234567890123456789012", "n": 1234567890123456789}', True),
+    ],
+)
+def test_a_long_integer_is_told_from_long_digits_in_a_string(data: bytes, long: bool) -> None:
+    from spillguard.jsonread import _long_integer
+
+    assert _long_integer(data) is long
+    _same(data)
