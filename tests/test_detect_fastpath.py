@@ -8,6 +8,7 @@ full scanner reaches.
 
 from __future__ import annotations
 
+import json
 import re
 import re._constants as sre_c
 import re._parser as sre_parse
@@ -26,9 +27,11 @@ from spillguard.detect import (
     markers,
     may_find,
 )
+from spillguard.detect.events import QUIET_TAIL, QUIET_TAIL_ENDS
+from spillguard.detect.judge import Judge
 from spillguard.detect.markers import NEEDLES, SPELLINGS, Kind
 
-from .test_detect_properties import TOOLS, texts
+from .test_detect_properties import MARKER_PIECES, TOOLS, cut_texts, texts
 
 _REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, sre_c.POSSESSIVE_REPEAT)
 
@@ -182,3 +185,125 @@ def test_the_bench_reply_takes_the_fast_path() -> None:
 
     assert not may_find(PROSE, TOOLS)
     assert _scanned(PROSE, TOOLS) == (None, PROSE)
+
+
+# -- a stream's quiet deltas: the judge's fast path against a judge that reads every delta -------
+
+
+class _FullJudge(Judge):
+    """The judge with its quiet path turned off: every delta is read in full."""
+
+    def _quiet(self, text: str, tail: str) -> bool:
+        return False
+
+
+def _stepped(chunks: list[str], tools: Any, full: bool) -> tuple[list[Any], Finding | None]:
+    """What each delta publishes and holds, and the finding, through one TurnScanner."""
+    turn = TurnScanner(tools)
+    if full:
+        for scanner in (turn.content, turn.reasoning):
+            scanner._judge = _FullJudge(tools.names)
+    steps: list[Any] = []
+    for chunk in chunks:
+        steps.append((turn.feed_content(chunk), turn.holding, turn.certain))
+    steps.append(turn.finish())
+    return steps, turn.finding
+
+
+PROSE_DELTAS = [
+    " the",
+    " weather",
+    "Here",
+    ".",
+    ". ",
+    "!",
+    "?",
+    ":",
+    ">",
+    " to",
+    "to",
+    "=functions",
+    ".get_weather",
+    "\n",
+    "\n\n",
+    "| ",
+    "1. ",
+    "- ",
+    "  ",
+    "Action",
+    "f",
+    "unctools",
+    "[",
+    "]",
+    "'",
+    "it's",
+    '"',
+    "``",
+    "`",
+    "```python\n",
+    "x = 1\n",
+    "~~~",
+    "..",
+    " analysis",
+    " final",
+    "commentary",
+    "assistant",
+    "DSM",
+    "|DSML|",
+    "<",
+    "<tool_call>",
+    "°C",
+]
+prose_chunks = st.lists(
+    st.one_of(st.sampled_from(PROSE_DELTAS), st.sampled_from(MARKER_PIECES), st.text(max_size=3)),
+    max_size=40,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.one_of(prose_chunks, cut_texts().map(lambda case: case[1])),
+    st.sampled_from([TOOLS, NO_TOOLS]),
+)
+@example([" It", " is", " warm", ".", " Sunday", " to", "=functions", ".get_weather"], TOOLS)
+@example(["\n", "1", ".", " Plan", " the", " walk", "\n", "2", ". ", "```", "\n"], TOOLS)
+@example(["\n", "| ", "Sat", "urday", " | ", "14", "\n", "|", "DSM", "L|", "invoke"], TOOLS)
+@example(["\n", "A", " quick", " way", "\n", "Act", "ion", ":", " go"], TOOLS)
+@example(["\n", "f", "unc", "tools", "[", '{"name": "get_weather"'], TOOLS)
+@example(["\n", "for", "ecast", ":1", "<|tool_call_argument_begin|>"], TOOLS)
+@example(["\n", "   ", "- ", "item", " two", "\n", "    ", "-", " x"], TOOLS)
+@example(["\n", "- ", "~~", "~", "\n", "<tool_call>"], TOOLS)
+@example(["\n", "‖", "DSML", "‖", "tool", "_calls", "\n"], TOOLS)
+@example(["It is warm this wee", "kend.", " to", "=functions", ".get_weather"], TOOLS)
+@example(["Done", "!", " ", "to", "=functions.get_weather"], TOOLS)
+@example(["See", " x", ">", " to=", "functions.get_weather"], TOOLS)
+@example(["the plan for the commentary", " to", "=functions.get_weather"], TOOLS)
+@example(["then the assistant", " ", "t", "o=functions.get_weather"], TOOLS)
+@example(["Note", ":", " to", "=functions", ".get_weather"], TOOLS)
+@example(["a", " f", "unctools", "[", '{"name": "get_weather"}'], TOOLS)
+@example(["```python\n", "x", " = 1", "\n", "  ", "``", "`", "\n", "<tool_call>"], TOOLS)
+@example(["~~~\n", "a", "b ~", "~~", "\n", "~~~", "\n", "[TOOL_CALLS]"], TOOLS)
+@example(["```\n", "<tool_call>", " x", "\n```", "\n", "<tool_call>"], TOOLS)
+def test_quiet_deltas_publish_what_a_full_read_publishes(chunks: list[str], tools: Any) -> None:
+    assert _stepped(chunks, tools, full=False) == _stepped(chunks, tools, full=True)
+
+
+def test_the_bench_stream_agrees_delta_by_delta() -> None:
+    from bench.upstream import stream_events
+
+    chunks = []
+    for event in stream_events("bench"):
+        if event.startswith(b"data: {"):
+            for choice in json.loads(event[6:])["choices"]:
+                chunks.append(choice["delta"].get("content") or "")
+    assert len(chunks) > 300
+    assert _stepped(chunks, TOOLS, full=False) == _stepped(chunks, TOOLS, full=True)
+
+
+@given(st.text(alphabet="assistantcommentaryfinalunctools[]=. !?>:<`'\"\nAZ09", max_size=30))
+@example("f")
+@example("final ")
+@example("functools[")
+def test_the_quiet_tail_ends_in_its_characters(text: str) -> None:
+    if QUIET_TAIL.search(text) is not None:
+        assert text[-1:] in QUIET_TAIL_ENDS

@@ -21,7 +21,9 @@ How it runs. Sans-IO: pure functions and small state machines, no asyncio or HTT
 reply is the same scanner fed once and finished, so the two cannot disagree. Each character is
 read a bounded number of times, and every regular expression sees a bounded window. Text with
 nothing that could start a marker, code span, fence, blob or closer costs about one regular
-expression scan (and a stream delta of it a few checks).
+expression scan (and a stream delta of it a few checks). A whole text is first asked
+`may_find`: every spelling needs one of a few needles (`markers.NEEDLES`, read off the patterns
+by the tests), so a text with none and no blob start is decided without a scanner.
 
 Modules. `tools` reads what a request declared; `markers` is the table of spellings; `events`
 says where in text something may happen and which spelling opens there; `blocks` reads past the

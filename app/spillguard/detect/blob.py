@@ -19,6 +19,7 @@ NAME_KEYS = frozenset({"name", "tool", "tool_name", "function"})
 ARG_KEYS = frozenset({"arguments", "args", "parameters", "input"})
 ENVELOPE_KEYS = frozenset({"tool_calls", "tool_call", "toolCalls"})
 VOCABULARY = NAME_KEYS | ARG_KEYS | {"id", "type"}
+_KEYS = VOCABULARY | ENVELOPE_KEYS  # a call object's keys: these, or a declared parameter
 _FLAT_NAME_KEYS = ("name", "tool", "type")
 _WS = " \t\r\n"
 _MAX_KEY = 128
@@ -35,27 +36,28 @@ class BlobProbe:
     key is also a declared parameter). Values are otherwise skipped without being judged.
     """
 
+    # The state a probe starts in, as class attributes: a probe is built for every content
+    # field, and most die at their first character.
+    _seen = 0
+    _state = "start"
+    _ticks = 0
+    _info = 0
+    _fenced = False
+    _fence_char = "`"
+    _pythonic = False  # the top-level array holds pythonic calls, not JSON objects
+    _key: list[str]  # the key or name being read, set where one opens
+    _current_key = ""
+    _in_array = False
+    _depth = 0
+    _in_string = False
+    _escape = False
+    _quote = ""
+    _ident: list[str]  # the pythonic call name being read, set where one opens
+
     def __init__(self, tools: ToolSet, limit: int) -> None:
         self.alive = bool(tools.names)
         self._tools = tools
-        self._allowed = VOCABULARY | ENVELOPE_KEYS | tools.all_params
-        self._params = tools.all_params
         self._limit = limit
-        self._seen = 0
-        self._state = "start"
-        self._ticks = 0
-        self._info = 0
-        self._fenced = False
-        self._fence_char = "`"
-        self._pythonic = False  # the top-level array holds pythonic calls, not JSON objects
-        self._key: list[str] = []
-        self._current_key = ""
-        self._in_array = False
-        self._depth = 0
-        self._in_string = False
-        self._escape = False
-        self._quote = ""
-        self._ident: list[str] = []
 
     def feed(self, text: str) -> None:
         if not self.alive:
@@ -108,7 +110,7 @@ class BlobProbe:
                 return True
             elif ch == '"':
                 key = "".join(self._key)
-                if key not in self._allowed:
+                if key not in _KEYS and key not in self._tools.all_params:
                     return False
                 self._current_key, self._state = key, "colon"
                 return True
@@ -128,7 +130,7 @@ class BlobProbe:
             if (
                 ch == '"'
                 and key in ("name", "tool", "tool_name", "type", "function")
-                and (key not in self._params)
+                and (key not in self._tools.all_params)
             ):
                 self._state, self._key = "name_value", []
                 return True

@@ -28,15 +28,15 @@ class BlockReader:
     """The reading position's block, and how to read on inside it. A reader returns the index
     to read on from, or `_stop`'s code for the place where the undecided text starts."""
 
-    def __init__(self) -> None:
-        self.held = False  # the undecided text could still open a marker
-        self._block = Block.TEXT
-        self._fence = ""  # the opening fence run, inside a fence
-        self._opening: tuple[str, int] | None = None  # a fence opener line being read
-        self._opening_ok = True
-        self._opening_run = False  # its run of fence characters may still go on
-        self._rst_indent = 0
-        self._triple = ""
+    # The state a reader starts in, as class attributes (one is built for every text field).
+    held = False  # the undecided text could still open a marker
+    _block = Block.TEXT
+    _fence = ""  # the opening fence run, inside a fence
+    _opening: tuple[str, int] | None = None  # a fence opener line being read
+    _opening_ok = True
+    _opening_run = False  # its run of fence characters may still go on
+    _rst_indent = 0
+    _triple = ""
 
     def _stop(self, at: int, held: bool) -> int:
         self.held = held

@@ -94,17 +94,42 @@ TRIGGER = re.compile(
 # (`feed`'s fast path); the last two guard the tail partials of a recipient and `functools[`.
 QUIET = re.compile(r"<|\[|\]|◁|`|\\|~|\n|:|=|'''|\"\"\"|'\Z|\"\Z")
 # Every alternative of both starts with a literal character, so `re` skips the others at C speed.
+# A recipient's space comes after its word or mark: one of those ending the text, with nothing
+# after it, is no partial yet (the judge reads the next text together with it).
+_RECIPIENT_AFTER = ("assistant", "commentary", "analysis", "final", r"\.", "!", r"\?", ">")
 QUIET_TAIL = re.compile(
-    r"assistant ?[a-z=]{0,13}\Z|commentary ?[a-z=]{0,13}\Z|analysis ?[a-z=]{0,13}\Z"
-    r"|final ?[a-z=]{0,13}\Z|\. ?[a-z=]{0,13}\Z|! ?[a-z=]{0,13}\Z|\? ?[a-z=]{0,13}\Z"
-    r"|> ?[a-z=]{0,13}\Z|f(?<!\wf)(?:" + _prefixes("unctools[") + r")\Z"
+    "|".join(word + r"(?: [a-z=]{0,13}|[a-z=]{1,13})\Z" for word in _RECIPIENT_AFTER)
+    + r"|f(?<!\wf)(?:"
+    + _prefixes("unctools[")
+    + r")\Z"
 )
 QUIET_TAIL_REACH = 24  # its longest match: `commentary`, a space and 13 letters
+# A tail ending in none of these characters cannot match `QUIET_TAIL` (checked first).
+QUIET_TAIL_ENDS = frozenset("abcdefghijklmnopqrstuvwxyz= .!?>[")
 # How far into a line its start may still matter to an event at the end of the text: its
 # indentation, a fence run after a list marker, `Action:`, `functions.`, `|DSML|` (directives
 # are told by their leading `..`).
 LINE_START_REACH = 20
 LINE_OPENERS = frozenset("-*+0123456789`~.fA|｜‖\\\t<[]◁")
+# A line that starts with one of these (after up to three spaces) stops mattering, before
+# LINE_START_REACH, once its head can no longer be the start of what `LINE_HEAD[first]` matches
+# (partially): a fence after a list marker, or a spelling at a line start that can begin with
+# that character (so that each pattern is small).
+LINE_HEAD_FIRSTS = "-*+0123456789fA|｜‖"
+
+
+def _line_head(first: str) -> regex.Pattern[str]:
+    spellings = [
+        spelling.pattern.replace("(?P<n", f"(?P<s{i}n")
+        for i, spelling in enumerate(markers.SPELLINGS)
+        if i in markers.IN_SCOPE[Scope.START]
+        and markers.PARTIAL_EACH[i].match(first, partial=True) is not None
+    ]
+    fence = r"(?:(?:[-*+]|\d{1,9}[.)])[ \t]{1,4})?(?:`{3,}|~{3,})"
+    return regex.compile(r" {0,3}(?:" + "|".join([fence, *spellings]) + ")", regex.V0)
+
+
+LINE_HEAD = {first: _line_head(first) for first in LINE_HEAD_FIRSTS}
 REACH = 32
 WINDOW = 96
 

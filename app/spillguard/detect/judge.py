@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from .blocks import MAX_RST_INDENT, Block, BlockReader
 from .events import (
+    LINE_HEAD,
     LINE_OPENERS,
     LINE_START_REACH,
     QUIET,
     QUIET_TAIL,
+    QUIET_TAIL_ENDS,
     QUIET_TAIL_REACH,
     REACH,
     TRIGGER,
@@ -35,6 +37,7 @@ from .markers import Kind, Scope
 
 _LINE_CAP = 256  # of a line only its head is kept: enough for indentation, quotes and fences
 _CONTEXT = 16  # characters kept before the undecided text: line starts, quotes, glued words
+_TAIL_WORD = 10  # of a partial QUIET_TAIL finds, this much may come before the text: `commentary`
 _QUOTES = frozenset("\"'`“‘«„")
 
 
@@ -44,26 +47,29 @@ class Judge(BlockReader):
     opened, after which nothing more is read; `first_closer` is where the text after the first
     reasoning closer starts (-1 before one)."""
 
+    # The state a judge starts in, as class attributes (one is built for every text field).
+    tail = "\n"  # context, then the undecided text; the text starts at a line start
+    _ctx = 1
+    pos = 0
+    marker: tuple[int, str] | None = None
+    first_closer = -1
+    _line_start = 0  # where the line holding `pos` starts
+    _head = ""  # its first _LINE_CAP characters seen so far
+    _ticks = 0  # a backtick run still going on at the end of the text seen
+    # Within one `run`: where the next trigger occurs, and how far the search for the current
+    # line's start has gone.
+    _next = -1
+    _scanned = 0
+    _line_rel = -1
+    _rst_next = -1  # the line ending now opens a reST literal block this indented
+    _code: tuple[int, int] | None = None  # (line start, backtick run) of a code span
+    _after_closer = -1  # where the text after a reasoning closer starts
+    _closer_next = False  # the text right after a closer is still to be judged
+    _calm = False  # known calm (`_calmed`) since the last `run`
+    _tail_clear = False  # the last text was quiet: the tail ends in no partial of QUIET_TAIL
+
     def __init__(self, tool_names: frozenset[str]) -> None:
-        super().__init__()
         self._names = tool_names
-        self.tail = "\n"  # context, then the undecided text; the text starts at a line start
-        self._ctx = 1
-        self.pos = 0
-        self.marker: tuple[int, str] | None = None
-        self.first_closer = -1
-        self._line_start = 0  # where the line holding `pos` starts
-        self._head = ""  # its first _LINE_CAP characters seen so far
-        self._ticks = 0  # a backtick run still going on at the end of the text seen
-        # Within one `run`: where the next trigger occurs, and how far the search for the
-        # current line's start has gone.
-        self._next = -1
-        self._scanned = 0
-        self._line_rel = -1
-        self._rst_next = -1  # the line ending now opens a reST literal block this indented
-        self._code: tuple[int, int] | None = None  # (line start, backtick run) of a code span
-        self._after_closer = -1  # where the text after a reasoning closer starts
-        self._closer_next = False  # the text right after a closer is still to be judged
 
     def feed(self, text: str) -> bool:
         """Read the next text; True when it was quiet: nothing in it needed a closer look."""
@@ -81,33 +87,58 @@ class Judge(BlockReader):
 
     def _line_settled(self) -> bool:
         """The current line's start can no longer matter to an event at the end of the text:
-        it is far enough behind, or its first character opens nothing a line start can."""
+        it is far enough behind, its first character opens nothing a line start can, or its
+        head can no longer become what does."""
         first = self._head.lstrip(" ")[:1]
         if first == ".":  # a reST directive names itself late
             return False
         if self.pos - self._line_start >= LINE_START_REACH:
             return True
+        head = LINE_HEAD.get(first)
+        if head is not None:
+            return head.match(self._head, partial=True) is None
         return first != "" and first not in LINE_OPENERS
 
     def _quiet(self, text: str, tail: str) -> bool:
         """Nothing in `text` can begin an event or finish one the judge is waiting on: the
-        judge has nothing undecided, is in plain text, well into a line, and `text` has none of
-        the characters any event needs (nor does `tail`, the context and `text`, end in a
-        partial recipient or `functools[`)."""
-        return (
+        judge has nothing undecided, is in plain text well into a line or in a fence (`_calm`),
+        and `text` has none of the characters any event needs there (nor does `tail`, the
+        context and `text`, end in a partial recipient or `functools[`)."""
+        if not self._calm and not self._calmed():
+            return False
+        if self._block is Block.FENCE:  # only a line that closes the fence matters there
+            return "\n" not in text and "`" not in text and "~" not in text
+        # After a quiet text the tail is known to end in no partial, so one can only begin in
+        # this text or in the word or mark of QUIET_TAIL that ends the tail before it.
+        reach = len(text) + _TAIL_WORD if self._tail_clear else QUIET_TAIL_REACH
+        self._tail_clear = QUIET.search(text) is None and (
+            text[-1:] not in QUIET_TAIL_ENDS
+            or QUIET_TAIL.search(tail, max(0, len(tail) - reach)) is None
+        )
+        return self._tail_clear
+
+    def _calmed(self) -> bool:
+        """Whether the judge is calm: nothing undecided, in plain text with its line settled or
+        in a fence. A quiet text keeps it so, and once the line's first character is seen its
+        being settled stays true for the rest of the line, so it is remembered until the next
+        `run`."""
+        if self._block is Block.FENCE:  # a line with more than blanks cannot close a fence
+            self._calm = self._ctx == len(self.tail) and self._head.strip(" \t") != ""
+            return self._calm
+        calm = (
             self._ctx == len(self.tail)
-            and self.tail[-1:] not in ".!?:>"
-            and QUIET.search(text) is None
             and self._block is Block.TEXT
             and not (self._opening or self._ticks or self._closer_next or self._rst_next >= 0)
             and self._line_settled()
-            and QUIET_TAIL.search(tail, max(0, len(tail) - QUIET_TAIL_REACH)) is None
         )
+        self._calm = calm and self._head.lstrip(" ") != ""
+        return calm
 
     def run(self, final: bool) -> None:
         """Read the undecided text as far as it can be decided; keep the rest for later."""
         t, i = self.tail, self._ctx
         self.held = False
+        self._calm = self._tail_clear = False
         self._next, self._scanned, self._line_rel = -1, i, -1
         while i < len(t):
             if self._block is Block.TEXT:

@@ -42,6 +42,24 @@ class Finding:
 class Scanner:
     """One text field of one choice (`content`, or `reasoning_content` with blobs=False)."""
 
+    # The state a scanner starts in, as class attributes: one is built for every text field of
+    # every choice, so its constructor sets only what differs.
+    # Reasoning left in the content: after its first closer, the rest may be one blob.
+    _after_probe: BlobProbe | None = None
+    _after_from = -1
+    _pending_len = 0
+    _published = 0  # absolute offset of the first unpublished character
+    _seen = 0  # absolute offset of the end of the input so far
+    # The markup after a marker, kept for the finding's excerpt (`markup_limit`) and for repair
+    # (`markup`, up to `hold_limit`); `_markup_seen` counts all of it.
+    _markup_len = 0
+    _markup_seen = 0
+    _blob_markup: str | None = None
+    _marker_family: str | None = None
+    _marker_start = 0
+    finding: Finding | None = None
+    finished = False
+
     def __init__(
         self,
         tools: ToolSet,
@@ -55,25 +73,10 @@ class Scanner:
         self._field = field
         self._markup_limit = markup_limit
         self._hold_limit = hold_limit
-        self._probe = BlobProbe(tools, hold_limit) if blobs else None
-        # Reasoning left in the content: after its first closer, the rest may be one blob.
-        self._after_probe: BlobProbe | None = None
-        self._after_from = -1
+        self._probe = BlobProbe(tools, hold_limit) if blobs and tools.names else None
         self._pending: list[str] = []  # received but not yet published
-        self._pending_len = 0
-        self._published = 0  # absolute offset of the first unpublished character
-        self._seen = 0  # absolute offset of the end of the input so far
         self._judge = Judge(tools.names)
-        # The markup after a marker, kept for the finding's excerpt (`markup_limit`) and for
-        # repair (`markup`, up to `hold_limit`); `_markup_seen` counts all of it.
         self._markup: list[str] = []
-        self._markup_len = 0
-        self._markup_seen = 0
-        self._blob_markup: str | None = None
-        self._marker_family: str | None = None
-        self._marker_start = 0
-        self.finding: Finding | None = None
-        self.finished = False
 
     @property
     def marker_seen(self) -> bool:
@@ -108,9 +111,11 @@ class Scanner:
             self._keep_markup(text)
             return ""
         quiet = self._judge.feed(text)
-        if quiet and not self._pending and not self._blob_possible():  # the common case
-            self._published = self._seen
-            return text
+        if quiet and not self._pending:  # the common case, unless a blob may still open
+            probe, rest = self._probe, self._after_probe
+            if (probe is None or not probe.alive) and (rest is None or not rest.alive):
+                self._published = self._seen
+                return text
         self._pending.append(text)
         self._pending_len += len(text)
         fresh = self._after_probe is None
@@ -154,11 +159,6 @@ class Scanner:
         return self._release()
 
     # ---- publishing --------------------------------------------------------------------------
-
-    def _blob_possible(self) -> bool:
-        return (self._probe is not None and self._probe.alive) or (
-            self._after_probe is not None and self._after_probe.alive
-        )
 
     def _safe(self) -> int:
         if self._probe is not None and self._probe.alive:

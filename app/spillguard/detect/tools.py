@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 
@@ -20,12 +21,9 @@ class ToolSet:
     params: Mapping[str, frozenset[str]] = field(default_factory=dict)
     schemas: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
+    @cached_property  # read by every blob probe: once per ToolSet
     def all_params(self) -> frozenset[str]:
-        out: frozenset[str] = frozenset()
-        for p in self.params.values():
-            out |= p
-        return out
+        return frozenset().union(*self.params.values())
 
 
 NO_TOOLS = ToolSet()
