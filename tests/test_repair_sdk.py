@@ -226,3 +226,39 @@ async def test_retry_mode_still_retries_a_readable_leak(harness: Any, api: str) 
     answer = await ask(h.client(), api)
     assert answer.calls == [("call_real", "get_weather", '{"city": "Porto"}')]
     assert h.calls == 2
+
+
+# A tool whose parameters keep their types in `$defs` (as pydantic and zod write them).
+BOOKING = {
+    "type": "function",
+    "function": {
+        "name": "book_table",
+        "parameters": {
+            "$ref": "#/$defs/Booking",
+            "$defs": {
+                "Booking": {
+                    "type": "object",
+                    "properties": {
+                        "guests": {"$ref": "#/$defs/Count"},
+                        "terrace": {"allOf": [{"$ref": "#/$defs/Flag"}], "description": "outside"},
+                    },
+                    "required": ["guests"],
+                },
+                "Count": {"type": "integer", "minimum": 1},
+                "Flag": {"type": "boolean"},
+            },
+        },
+    },
+}
+BOOKED = (
+    '<minimax:tool_call>\n<invoke name="book_table">\n<parameter name="guests">4</parameter>\n'
+    '<parameter name="terrace">true</parameter>\n</invoke>\n</minimax:tool_call>'
+)
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_values_typed_behind_a_ref_are_repaired(harness: Any, api: str) -> None:
+    h = await harness(Turn(content=BOOKED), REAL, mode="repair")
+    answer = await ask(h.client(), api, tools=[BOOKING])
+    assert_repaired(answer, api, ("book_table", {"guests": 4, "terrace": True}))
+    assert h.calls == 1
