@@ -59,6 +59,11 @@ def test_the_headers_sent_upstream_are_those_starlette_gave(
     assert request_end_to_end(raw, REQUEST_DROP) == _reference(raw, REQUEST_DROP)
 
 
+def test_a_repeated_header_is_joined_before_it_is_decoded() -> None:
+    raw = [(b"x-a", b"\x80"), (b"x-a", "\u0080".encode())]  # Latin-1, then UTF-8
+    assert request_end_to_end(raw, frozenset()) == _reference(raw, frozenset())
+
+
 def test_a_header_named_in_connection_is_dropped_whatever_its_case() -> None:
     raw = [(b"connection", b"X-Custom"), (b"x-custom", b"1"), (b"x-kept", b"2")]
     assert request_end_to_end(raw, frozenset()) == {"x-kept": "2"}

@@ -210,11 +210,10 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> str:
 
 
 def request_end_to_end(headers: list[tuple[bytes, bytes]], drop: frozenset[str]) -> dict[str, str]:
-    """`upstream.end_to_end` of a request's raw ASGI headers (names already lower case), each
-    value as the client's bytes meant it: UTF-8 when they are, else Latin-1 (aiohttp encodes
-    what it sends as UTF-8)."""
+    """`upstream.end_to_end` of a request's raw ASGI headers, each value as the client's bytes
+    meant it: UTF-8 when they are, else Latin-1 (aiohttp encodes what it sends as UTF-8)."""
     named: frozenset[str] = frozenset()
-    out: dict[str, str] = {}
+    raw: dict[str, bytes] = {}
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1").lower()
         if name in HOP_BY_HOP or name in drop:
@@ -222,16 +221,16 @@ def request_end_to_end(headers: list[tuple[bytes, bytes]], drop: frozenset[str])
                 more = raw_value.decode("latin-1").split(",")
                 named = named | {t.strip().lower() for t in more}
             continue
+        # Repeated: joined as HTTP allows (a request has no Set-Cookie), before decoding.
+        raw[name] = raw[name] + b", " + raw_value if name in raw else raw_value
+    out: dict[str, str] = {}
+    for name, value in raw.items():
+        if name in named:
+            continue
         try:
-            value = raw_value.decode()
+            out[name] = value.decode()
         except UnicodeDecodeError:
-            value = raw_value.decode("latin-1")
-        if name in out:  # repeated: joined as HTTP allows (a request has no Set-Cookie)
-            value = out[name] + ", " + value
-        out[name] = value
-    if named:
-        for name in named & out.keys():
-            del out[name]
+            out[name] = value.decode("latin-1")
     return out
 
 
