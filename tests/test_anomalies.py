@@ -235,7 +235,8 @@ async def test_reported_and_passed_untouched(
     assert got.status_code == 200
     assert got.content == b"".join(raw.chunks)  # never edited, in any mode
     assert h.calls == 1  # never retried
-    assert f'spillguard_anomalies_total{{kind="{kind}",model="m"}} 1.0' in scraped
+    labels = f'kind="{kind}",model="m",upstream="default"'
+    assert f"spillguard_anomalies_total{{{labels}}} 1.0" in scraped
     (logged,) = [f for f in records.fields if f.get("anomalies")]
     assert logged["anomalies"] == [{"kind": kind, "tool_name": name, "attempt": 1}]
     await h.restart()  # the incident writer flushes on shutdown

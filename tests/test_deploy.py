@@ -59,8 +59,11 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "spillguard_upstream_latency_seconds": ("histogram", frozenset({"route", "upstream"})),
     "spillguard_added_latency_seconds": ("histogram", frozenset({"route"})),
     "spillguard_streams_open": ("gauge", frozenset()),
-    "spillguard_anomalies_total": ("counter", frozenset({"kind", "model"})),
-    "spillguard_leaked_tokens_total": ("counter", frozenset({"family", "model", "direction"})),
+    "spillguard_anomalies_total": ("counter", frozenset({"kind", "model", "upstream"})),
+    "spillguard_leaked_tokens_total": (
+        "counter",
+        frozenset({"family", "model", "direction", "upstream"}),
+    ),
     "spillguard_refusals_total": ("counter", frozenset({"reason"})),
     "spillguard_incidents_written_total": ("counter", frozenset()),
     "spillguard_incidents_dropped_total": ("counter", frozenset({"reason"})),

@@ -111,7 +111,7 @@ async def test_the_tokens_of_leaked_attempts_are_counted_by_family_and_model(har
         scraped = (await http.get(h.url.removesuffix("/v1") + "/metrics")).text
     assert r.status_code == 502
     for direction, tokens in (("input", 20), ("output", 10)):  # 10 in, 5 out per attempt
-        labels = f'direction="{direction}",family="hermes",model="m"'
+        labels = f'direction="{direction}",family="hermes",model="m",upstream="default"'
         assert f"spillguard_leaked_tokens_total{{{labels}}} {float(tokens)}" in scraped
 
 

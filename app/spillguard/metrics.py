@@ -159,15 +159,17 @@ class Metrics:
         self.leaked_tokens = Counter(
             "spillguard_leaked_tokens_total",
             "Tokens the upstream billed for attempts that leaked (input or output), by markup "
-            "family and requested model: a retried reply's own usage covers only its retry.",
-            ["family", "model", "direction"],
+            "family, requested model and upstream: a retried reply's own usage covers only its "
+            "retry.",
+            ["family", "model", "direction", "upstream"],
             registry=own,
         )
         self.anomalies = Counter(
             "spillguard_anomalies_total",
             "Structured calls that are missing or malformed, by kind (tool_calls_without_calls, "
-            "markup_in_tool_name, undeclared_tool) and requested model; reported, never acted on.",
-            ["kind", "model"],
+            "markup_in_tool_name, undeclared_tool), requested model and upstream; reported, never "
+            "acted on.",
+            ["kind", "model", "upstream"],
             registry=own,
         )
         self.retries = Counter(
@@ -257,10 +259,10 @@ class Metrics:
             self.findings.labels(found.family, model, up).inc()
             if found.usage is not None and found.repaired is None:  # a repair reached the client
                 tokens = self.leaked_tokens
-                tokens.labels(found.family, model, "input").inc(found.usage.input_tokens)
-                tokens.labels(found.family, model, "output").inc(found.usage.output_tokens)
+                tokens.labels(found.family, model, "input", up).inc(found.usage.input_tokens)
+                tokens.labels(found.family, model, "output", up).inc(found.usage.output_tokens)
         for odd in outcome.anomalies:
-            self.anomalies.labels(odd.kind, self.model(outcome.model)).inc()
+            self.anomalies.labels(odd.kind, self.model(outcome.model), up).inc()
         if outcome.attempts > 1:
             self.retries.labels(outcome.route, up).inc(outcome.attempts - 1)
         for status in outcome.upstream_statuses:
