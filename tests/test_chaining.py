@@ -262,11 +262,6 @@ async def test_more_processes_still_splice_a_response_that_is_not_stored(stack: 
 
 # ---- a GET of a spliced response, end to end -------------------------------------------------
 
-# Until handlers.py passes a GET through `Chains.lookup` (the hookup in
-# /work/notes/leftovers-hookup.md), a GET of a spliced response returns the leaked first attempt.
-HANDLERS_HOOKUP = pytest.mark.xfail(
-    strict=True, reason="needs the Chains.lookup hookup in handlers.py (leftovers-hookup.md)"
-)
 BY_ID = re.compile(r"/v1/responses/([^/?]+)")
 
 
@@ -316,7 +311,6 @@ def fetched(stack: Stack) -> list[str]:
     return [r["path"] for r in stack.provider.upstream.requests if r["method"] == "GET"]
 
 
-@HANDLERS_HOOKUP
 async def test_a_get_of_a_spliced_response_returns_what_the_client_received(
     keeping: Stack,
 ) -> None:

@@ -100,11 +100,13 @@ def create_app(settings: Settings) -> App:
     routes.append(_get("/readyz", partial(handlers.readyz, ctx)))
     routes.append(_get("/metrics", partial(handlers.metrics, ctx)))
     lean: dict[str, Endpoint] = {}  # request path -> its inspected route's endpoint
+    decided = {wire.path: ctx.decisions(wire) for wire in WIRES}
     for wire in WIRES:
-        inspect = partial(handlers.inspected, ctx, ctx.decisions(wire))
+        inspect = partial(handlers.inspected, ctx, decided[wire.path])
         lean[f"/v1/{wire.path}"] = inspect
         routes.append(Route(f"/v1/{wire.path}", inspect, methods=["POST"]))
-    passthrough = partial(handlers.passthrough, ctx)
+    # Passed through, but a GET of a spliced response is the Responses decisions' to answer.
+    passthrough = partial(handlers.passthrough, ctx, decided[responses.WIRE.path])
     routes.append(Route("/v1/{rest:path}", passthrough, methods=PROXY_METHODS))
     return App(app, lean, ctx)
 

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from . import jsonread
+from .chains import Chains, Lookup
 from .context import Context, ErrorBody, error_body_for, response_ids
 from .detect import declared_tools
 from .downstream import ClientGone, read_body, until_disconnect
@@ -25,7 +26,15 @@ from .eventstream import EventStream
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .mounts import Target
 from .outcome import Outcome
-from .proxy import Decision, Exchange, Head, action_headers, error_headers, open_upstream
+from .proxy import (
+    REFRAMED,
+    Decision,
+    Exchange,
+    Head,
+    action_headers,
+    error_headers,
+    open_upstream,
+)
 from .upstream import Upstream, end_to_end
 
 # ---- the service routes ----------------------------------------------------------------------
@@ -133,14 +142,17 @@ async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exch
 # ---- everything else under /v1 ---------------------------------------------------------------
 
 
-async def passthrough(ctx: Context, request: Request) -> Response:
+async def passthrough(
+    ctx: Context, responses: Mapping[Target, Decision], request: Request
+) -> Response:
+    """`responses`: the Responses wire's decisions, whose chains know the spliced responses."""
     outcome = ctx.outcome_for(request, "other")
     ctx.observer.trace(request.scope, outcome)
-    work = _pass(ctx, request, outcome)
+    work = _pass(ctx, responses[ctx.target(request)].chains, request, outcome)
     return await _handled(ctx, request, outcome, work, error_body_for(request.scope))
 
 
-async def _pass(ctx: Context, request: Request, outcome: Outcome) -> Response:
+async def _pass(ctx: Context, chains: Chains, request: Request, outcome: Outcome) -> Response:
     s = ctx.settings
     raw_rest = request.scope.get("raw_path", b"").decode("latin-1").split("/v1/", 1)[-1]
     upstream = ctx.upstream_for(request)
@@ -152,7 +164,35 @@ async def _pass(ctx: Context, request: Request, outcome: Outcome) -> Response:
     body: Any = None
     if request.method not in ("GET", "HEAD", "OPTIONS") or declared:
         body = await read_body(request.receive, declared, s.max_body, s.read_timeout)
-    return await _forward(ctx, upstream, request, outcome, url, headers, body)
+    lookup = chains.lookup(request.method, raw_rest, _query(request))
+    if lookup is not None:
+        return await _looked_up(ctx, upstream, request, outcome, headers, lookup)
+    response = await _forward(ctx, upstream, request, outcome, url, headers, body)
+    chains.passed(request.method, raw_rest, response.status_code)
+    return response
+
+
+async def _looked_up(
+    ctx: Context,
+    upstream: Upstream,
+    request: Request,
+    outcome: Outcome,
+    headers: dict[str, str],
+    lookup: Lookup,
+) -> Response:
+    """A GET of a spliced response: the retry's response, as the client received it."""
+    url = upstream.url(lookup.rest, _query(request))
+    opening = open_upstream(upstream, outcome, "GET", url, headers, None, decode=True)
+    async with await until_disconnect(request.receive, opening) as reply:
+        data = await until_disconnect(request.receive, reply.read(ctx.settings.max_reply))
+    outcome.answered(reply.status)
+    drop = REFRAMED
+    if reply.identity:
+        data = lookup.reply(reply.status, data)
+    else:  # compressed in a way spillguard cannot read: passed as it came
+        drop = frozenset({"content-length"})
+    rheaders = response_ids(request.scope, end_to_end(reply.headers, drop), outcome)
+    return respond(Response(data, reply.status), rheaders)
 
 
 async def _forward(
