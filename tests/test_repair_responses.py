@@ -285,13 +285,6 @@ def test_markup_longer_than_the_hold_limit_is_not_read() -> None:
 
 # ---- a message that never showed text -------------------------------------------------------
 
-# Until responses_stream.py routes a first attempt's events through `Unshown` (the hookup in
-# /work/notes/leftovers-hookup.md), a message with no text is announced, and a repair closes it
-# empty: these fail.
-UNSHOWN_HOOKUP = pytest.mark.xfail(
-    strict=True, reason="needs the Unshown hookup in responses_stream.py (leftovers-hookup.md)"
-)
-
 
 def shape(output: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """A final output as a client reads it, fresh ids aside."""
@@ -313,7 +306,7 @@ NO_PROSE = ("", " \n\n")
     ("family", "prose"),
     [
         *((f, PROSE) for f in sorted(LEAKS) if f != "json"),  # a blob is a whole answer
-        *(pytest.param(f, p, marks=UNSHOWN_HOOKUP) for f in sorted(LEAKS) for p in NO_PROSE),
+        *((f, p) for f in sorted(LEAKS) for p in NO_PROSE),
     ],
 )
 def test_a_streamed_repair_lists_what_the_whole_repair_does(family: str, prose: str) -> None:
@@ -331,7 +324,6 @@ def test_a_streamed_repair_lists_what_the_whole_repair_does(family: str, prose: 
     assert shape(final["output"]) == shape(items(whole_out))
 
 
-@UNSHOWN_HOOKUP
 def test_no_prose_before_the_markup_announces_no_message() -> None:
     writer = ResponsesWriter()
     writer.start()
@@ -346,7 +338,6 @@ def test_no_prose_before_the_markup_announces_no_message() -> None:
     assert b"msg_1" not in out + tail
 
 
-@UNSHOWN_HOOKUP
 def test_a_retry_spliced_after_a_leak_with_no_prose_starts_at_the_first_index() -> None:
     # A keep-alive started the response; the leak had no prose: the retry's message is the
     # first item the client sees.

@@ -141,15 +141,7 @@ async def test_the_repaired_stream_events_as_the_sdk_reads_them(harness: Any) ->
     assert kinds.count("response.output_item.done") == 3
 
 
-# Until responses_stream.py routes a first attempt's events through `Unshown` (the hookup in
-# /work/notes/leftovers-hookup.md), a streamed repair with no prose lists an empty message.
-UNSHOWN_HOOKUP = pytest.mark.xfail(
-    strict=True, reason="needs the Unshown hookup in responses_stream.py (leftovers-hookup.md)"
-)
-STREAMED = [pytest.param(w, marks=UNSHOWN_HOOKUP) for w in WAYS if w != "create"]
-
-
-@pytest.mark.parametrize("way", ["create", *STREAMED])
+@pytest.mark.parametrize("way", WAYS)
 async def test_no_prose_leaves_no_message_whichever_way_it_is_read(harness: Any, way: str) -> None:
     h = await harness(Turn(content=" \n" + HERMES), REAL, mode="repair")
     response, _ = await respond(h.client(), way)
@@ -171,7 +163,7 @@ def slow_message(text: str) -> Raw:
     ("prose", "types"),
     [
         (PROSE, ["message", "function_call"]),
-        pytest.param("", ["function_call"], marks=UNSHOWN_HOOKUP),
+        ("", ["function_call"]),
     ],
 )
 async def test_a_keepalive_started_stream_shows_what_the_whole_repair_does(

@@ -22,7 +22,7 @@ from .responses_events import (
     index_of,
     is_call,
 )
-from .responses_repair import Tail
+from .responses_repair import Tail, Unshown
 from .responses_splice import Splice, close_open_items
 from .sse import Event, Out
 from .usage import Usage, usage_of
@@ -44,6 +44,7 @@ class ResponsesStream:
         self.splice: Splice | None = None
         self._closing: list[Out] = []  # what closes the first attempt's items, in a splice
         self._tail: Tail | None = None  # after a content finding: what came, for a repair
+        self._unshown = Unshown(hold_limit)  # a first attempt's message, until it shows text
         if previous is not None:
             was = previous.sent
             pending, carried, closed = close_open_items(
@@ -211,6 +212,8 @@ class ResponsesStream:
     def _send_all(self, pending: list[Pending], final: bool = False) -> list[Out]:
         if self.splice is not None:
             pending = self.splice.route(pending, final)
+        else:
+            pending = self._unshown.route(pending, final, leaked=self.certain)
         return [self._send(*p) for p in pending]
 
     def _send(self, data: dict[str, Any], event: Event | None, synthesized: bool) -> Out:

@@ -35,11 +35,11 @@ the probe over one field and decides what may be published; `turn` decides one a
 Repair. `read_calls(markup, family, tools)` turns a finding's markup (`TurnScanner.markup`: the
 text from `Finding.start` on, bounded by the hold limit) into the `Call`s the model meant, for
 `--mode repair`. One parser per family (`calls_json`, `calls_tokens`, `calls_xml`,
-`calls_invoke`, `calls_python`, over `reading`'s cursor) must read the markup completely, every call must name a
-declared tool, and its arguments, bare-text values typed by the tool's schema (`values`, local `$ref`s followed), must
-validate against that schema (jsonschema, validators cached per schema); anything else is None
-and the request is retried as without repair. Pythonic arguments are read as literals, never
-evaluated.
+`calls_invoke`, `calls_python`, over `reading`'s cursor) must read the markup completely, every
+call must name a declared tool, and its arguments, bare-text values typed by the tool's schema
+(`values`, local `$ref`s followed), must validate against that schema (jsonschema, validators
+cached per schema); anything else is None and the request is retried as without repair.
+Pythonic arguments are read as literals, never evaluated.
 """
 
 from .anomalies import Anomaly, AnomalyKind, call_anomalies
