@@ -1,0 +1,131 @@
+"""CPU per request of the ASGI application alone: no uvicorn, no load generator.
+
+Drives `App.__call__` (or the floor's Starlette app with `--floor`) in-process with the bench's
+request, `--conc` requests at a time, while aiohttp talks to a real `bench.upstream` on loopback
+(start it yourself, on the other CPU). Prints the process's CPU time and wall time a request, as
+JSON. With uvicorn and wrk out of the picture the figure moves little with other load, and
+py-spy on this process shows spillguard's own share (`py-spy record --gil -p PID`).
+
+  taskset -c 1 python -m bench.upstream --port 9150 &
+  taskset -c 0 python -m bench.inproc --n 20000           # spillguard, mode retry
+  taskset -c 0 python -m bench.inproc --n 20000 --floor   # the floor
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from .payloads import chat_request
+
+
+def build(floor: bool, upstream: str, mode: str) -> Any:
+    if floor:
+        from .floor import create_app
+
+        return create_app(upstream)
+    from spillguard.asgi import create_app as create_spillguard
+    from spillguard.settings import Settings
+
+    return create_spillguard(Settings(upstream=upstream, mode=mode))
+
+
+async def lifespan_start(app: Any) -> None:
+    incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    outgoing: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    await incoming.put({"type": "lifespan.startup"})
+
+    async def send(message: dict[str, Any]) -> None:
+        await outgoing.put(message)
+
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+    asyncio.get_running_loop().create_task(app(scope, incoming.get, send))
+    started = await outgoing.get()
+    if started["type"] != "lifespan.startup.complete":
+        raise SystemExit(f"start-up failed: {started}")
+
+
+async def one(app: Any, body: bytes, statuses: dict[int, int]) -> None:
+    sent = False
+    forever = asyncio.Event()
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await forever.wait()  # as a server does: the next message is the client leaving
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"authorization", b"Bearer sk-bench"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8080),
+        "state": {},
+    }
+    await app(scope, receive, send)
+    statuses[status] = statuses.get(status, 0) + 1
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    app = build(args.floor, args.upstream, args.mode)
+    await lifespan_start(app)
+    body = chat_request("bench")
+    statuses: dict[int, int] = {}
+
+    async def worker(count: int) -> None:
+        for _ in range(count):
+            await one(app, body, statuses)
+
+    await asyncio.gather(*(worker(4) for _ in range(args.conc)))  # warm
+    per = max(args.n // args.conc, 1)
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker(per) for _ in range(args.conc)))
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    n = per * args.conc
+    return {
+        "cpu_us": round(cpu / n * 1e6, 1),
+        "wall_us": round(wall / n * 1e6, 1),
+        "statuses": statuses,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--floor", action="store_true", help="the floor's app instead")
+    parser.add_argument("--n", type=int, default=20000, help="requests measured")
+    parser.add_argument("--conc", type=int, default=50, help="requests at a time")
+    parser.add_argument("--upstream", default="http://127.0.0.1:9150/v1")
+    parser.add_argument("--mode", default="retry")
+    args = parser.parse_args(argv)
+    import uvloop
+
+    print(json.dumps(uvloop.run(run(args))))
+
+
+if __name__ == "__main__":
+    main()
