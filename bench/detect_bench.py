@@ -26,6 +26,10 @@ import sys
 import time
 from typing import Any
 
+from .components import best_us
+
+BATCHES = 7  # best of this many batches, for each hot step
+
 DELTA = 16
 MB = 1_000_000
 
@@ -167,16 +171,6 @@ def run_all(
     return rows
 
 
-def _best_us(fn: Any, n: int, batches: int = 7) -> float:
-    best = float("inf")
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best * 1e6
-
-
 def run_hot(n: int = 2000) -> dict[str, float]:
     """The detection core's per-request and per-event costs on the bench's own traffic."""
     from spillguard import chat
@@ -216,11 +210,13 @@ def run_hot(n: int = 2000) -> dict[str, float]:
 
     m = max(20, n // 40)
     return {
-        "inspect_reply(reply)": _best_us(lambda: chat.inspect_reply(reply, tools, hold), n),
-        "declared_tools(request)": _best_us(lambda: declared_tools(body), n),
-        "TurnScanner(tools)": _best_us(lambda: TurnScanner(tools, hold), n),
-        "TurnScanner.feed_content, per prose delta": _best_us(scan, m) / len(deltas),
-        "decode + ChatStream.feed, per event": _best_us(edit, m) / len(events),
+        "inspect_reply(reply)": best_us(
+            lambda: chat.inspect_reply(reply, tools, hold), n, batches=7
+        ),
+        "declared_tools(request)": best_us(lambda: declared_tools(body), n, BATCHES),
+        "TurnScanner(tools)": best_us(lambda: TurnScanner(tools, hold), n, BATCHES),
+        "TurnScanner.feed_content, per prose delta": best_us(scan, m, BATCHES) / len(deltas),
+        "decode + ChatStream.feed, per event": best_us(edit, m, BATCHES) / len(events),
     }
 
 

@@ -4,8 +4,6 @@ crash; nested objects and arrays, required keys, enums, additionalProperties."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 from typing import Any
 
 import jsonschema
@@ -13,6 +11,7 @@ import pytest
 
 from spillguard.detect import Call, declared_tools, read_calls
 from spillguard.detect import schema as sch
+from tests.loopback import schema_server
 
 
 def tools_with(parameters: Any) -> Any:
@@ -132,30 +131,9 @@ def test_the_cache_is_bounded() -> None:
 
 
 def test_remote_refs_are_never_fetched() -> None:
-    hits: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            hits.append(self.path)
-            body = b'{"type": "object"}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}/schema.json"
+    with schema_server(b'{"type": "object"}') as (url, hits):
         assert repair('{"x": 1}', {"$ref": url}) is None
         assert repair('{"x": 1}', {"properties": {"x": {"$ref": url}}}) is None
-    finally:
-        server.shutdown()
-        server.server_close()
     assert hits == []
 
 

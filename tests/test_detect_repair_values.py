@@ -4,8 +4,6 @@ wrappers; cycles and long chains are cut; nothing remote is ever fetched."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +11,7 @@ import pytest
 
 from spillguard.detect import Call, declared_tools, read_calls, values
 from spillguard.detect.values import Untyped
+from tests.loopback import schema_server
 
 
 def invoke(**params: str) -> str:
@@ -234,28 +233,8 @@ def test_values_the_model_typed_itself_are_kept() -> None:
 
 @pytest.fixture
 def loopback() -> Iterator[tuple[str, list[str]]]:
-    hits: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            hits.append(self.path)
-            body = b'{"type": "integer"}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/schema.json", hits
-    finally:
-        server.shutdown()
-        server.server_close()
+    with schema_server(b'{"type": "integer"}') as served:
+        yield served
 
 
 def test_remote_refs_are_never_fetched_for_typing(loopback: tuple[str, list[str]]) -> None:
