@@ -4,11 +4,16 @@ appearance so that outputs cut differently can be compared."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
-from spillguard.detect import Call, read_calls
+from spillguard.detect import Call, declared_tools, read_calls
+from spillguard.policy import Policy
+from spillguard.repair import repair_calls
+from spillguard.settings import Mode, Settings
 from spillguard.sse import Out
 from tests.fuzz.wire_bytes import HOLD, TOOLS, drive, every_split
 from tests.samples import DSML, HERMES
@@ -26,6 +31,7 @@ LEAKS = {"hermes": HERMES, "deepseek": DEEPSEEK, "dsml": DSML, "json": BLOB, "tw
 PROSE = "Let me look that up.\n"
 WEATHER = (Call("get_weather", '{"city":"Lisbon"}'),)
 BOTH = (*WEATHER, Call("run_in_terminal", '{"command":"ls"}'))
+REPAIR = replace(Policy.of(Settings(upstream="http://127.0.0.1:9/v1")), mode=Mode.REPAIR)
 IDS = re.compile(rb"\b(fc_[0-9a-f]{48}|call_[0-9a-f]{24}|toolu_01[0-9A-Za-z]{22})\b")
 
 
@@ -70,3 +76,19 @@ def every_split_repairs(make: Callable[[], Any], data: bytes) -> bytes:
         got_out, got_tail = repaired_stream(make(), pieces)
         assert got_tail is not None and numbered(got_out + got_tail) == want, len(pieces[0])
     return out + tail
+
+
+def whole_repair(wire: Any, body: dict[str, Any], reply: dict[str, Any]) -> bytes | None:
+    """What the decision answers a whole leaking `reply` to `body` with in mode repair, as
+    `Decision._repair_whole` does (None: the request is retried)."""
+    tools = declared_tools(body)
+    found = wire.inspect_reply(reply, tools, REPAIR.hold_limit)
+    assert found is not None, "the markup is a finding"
+    finding, prose = found
+    markup = wire.reply_markup(reply, finding)
+    calls = repair_calls(REPAIR, body, tools, finding, markup, wire.chaining)
+    if calls is None:
+        return None
+    assert wire.repair_reply is not None
+    out: bytes | None = wire.repair_reply(json.dumps(reply).encode(), reply, finding, prose, calls)
+    return out

@@ -7,16 +7,11 @@ Each test is a defect found in review, fixed since; each test now holds the fix.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from spillguard import chat, responses
-from spillguard.detect import declared_tools
-from spillguard.policy import Policy
-from spillguard.repair import repair_calls
-from spillguard.settings import Mode, Settings
+from tests.repair_wires import whole_repair
 
-POLICY = replace(Policy.of(Settings(upstream="http://127.0.0.1:9/v1")), mode=Mode.REPAIR)
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}}
 SHELL = {"type": "object", "properties": {"command": {"type": "string"}}}
 CHAT_TOOLS = [
@@ -36,17 +31,7 @@ def chat_reply(content: str) -> dict[str, Any]:
 
 def chat_repair(body: dict[str, Any], content: str) -> bytes | None:
     """What the decision answers a whole chat reply with in mode repair (None: the retry)."""
-    tools = declared_tools(body)
-    reply = chat_reply(content)
-    found = chat.WIRE.inspect_reply(reply, tools, POLICY.hold_limit)
-    assert found is not None, "the markup is a finding"
-    finding, prose = found
-    markup = chat.WIRE.reply_markup(reply, finding)
-    calls = repair_calls(POLICY, body, tools, finding, markup, chat.WIRE.chaining)
-    if calls is None:
-        return None
-    assert chat.WIRE.repair_reply is not None
-    return chat.WIRE.repair_reply(json.dumps(reply).encode(), reply, finding, prose, calls)
+    return whole_repair(chat.WIRE, body, chat_reply(content))
 
 
 def test_chat_allowed_tools_excludes_a_tool_the_repair_must_not_call() -> None:
@@ -71,7 +56,6 @@ def test_responses_allowed_tools_excludes_a_tool_the_repair_must_not_call() -> N
 
 
 def responses_repair(body: dict[str, Any], text: str) -> dict[str, Any] | None:
-    tools = declared_tools(body)
     part = {"type": "output_text", "text": text, "annotations": []}
     message = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed"}
     reply = {
@@ -80,15 +64,7 @@ def responses_repair(body: dict[str, Any], text: str) -> dict[str, Any] | None:
         "status": "completed",
         "output": [{**message, "content": [part]}],
     }
-    found = responses.WIRE.inspect_reply(reply, tools, POLICY.hold_limit)
-    assert found is not None, "the markup is a finding"
-    finding, prose = found
-    markup = responses.WIRE.reply_markup(reply, finding)
-    calls = repair_calls(POLICY, body, tools, finding, markup, responses.WIRE.chaining)
-    if calls is None:
-        return None
-    assert responses.WIRE.repair_reply is not None
-    raw = responses.WIRE.repair_reply(json.dumps(reply).encode(), reply, finding, prose, calls)
+    raw = whole_repair(responses.WIRE, body, reply)
     return None if raw is None else json.loads(raw)
 
 

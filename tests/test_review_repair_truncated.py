@@ -6,7 +6,6 @@ found in review, fixed since; each test now holds the fix."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,16 +13,12 @@ import pytest
 from spillguard import chat, messages, messages_repair
 from spillguard.detect import declared_tools, read_calls
 from spillguard.messages_stream import new_stream
-from spillguard.policy import Policy
-from spillguard.repair import repair_calls
 from spillguard.scripted import Raw
-from spillguard.settings import Mode, Settings
 from tests.conftest import chat_body
 from tests.fuzz.messages_bytes import MessagesWriter
 from tests.fuzz.wire_bytes import HOLD, TOOLS
-from tests.repair_wires import repaired_stream
+from tests.repair_wires import REPAIR, repaired_stream, whole_repair
 
-POLICY = replace(Policy.of(Settings(upstream="http://127.0.0.1:9/v1")), mode=Mode.REPAIR)
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}}
 CHAT = {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]}
 LEAK = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'
@@ -32,18 +27,9 @@ SSE = {"content-type": "text/event-stream"}
 
 def chat_whole(finish: str) -> dict[str, Any] | None:
     body = {"model": "m", "messages": [], **CHAT}
-    tools = declared_tools(body)
     message = {"role": "assistant", "content": LEAK}
     reply = {"id": "c", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
-    found = chat.WIRE.inspect_reply(reply, tools, POLICY.hold_limit)
-    assert found is not None
-    finding, prose = found
-    markup = chat.WIRE.reply_markup(reply, finding)
-    calls = repair_calls(POLICY, body, tools, finding, markup, chat.WIRE.chaining)
-    if calls is None:
-        return None
-    assert chat.WIRE.repair_reply is not None
-    raw = chat.WIRE.repair_reply(json.dumps(reply).encode(), reply, finding, prose, calls)
+    raw = whole_repair(chat.WIRE, body, reply)
     return None if raw is None else json.loads(raw)
 
 
@@ -65,7 +51,7 @@ def test_a_message_that_did_not_end_its_turn_is_not_repaired(stop: str) -> None:
         "stop_sequence": None,
         "usage": {"input_tokens": 3, "output_tokens": 4},
     }
-    found = messages.inspect_reply(reply, tools, POLICY.hold_limit)
+    found = messages.inspect_reply(reply, tools, REPAIR.hold_limit)
     assert found is not None
     finding, prose = found
     markup = messages_repair.reply_markup(reply, finding)
