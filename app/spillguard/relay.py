@@ -128,8 +128,9 @@ class Relay:
                     remember = False
                 # Output is publishable by construction; the start policy says when it may go.
                 send = start.output(data, meaningful=meaningful, last=ends, leaking=leaking)
-                if send is not None and not send.start:  # the common case, without a list
-                    start.delivered(loop.time())
+                if send is not None and not send.start:  # the common case, as `send` without a list
+                    if send.data:
+                        start.delivered(loop.time())
                     yield send.data
                 elif send is not None:
                     for item in self.send(at, send):
