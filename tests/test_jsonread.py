@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spillguard.jsonread import loads
+from spillguard.jsonread import loads, loads_text
 
 SCALARS = st.one_of(
     st.none(),
@@ -98,3 +98,37 @@ def test_a_long_integer_is_told_from_long_digits_in_a_string(data: bytes, long: 
 
     assert _long_integer(data) is long
     _same(data)
+
+
+def _same_text(text: str) -> None:
+    try:
+        want: Any = ("ok", repr(json.loads(text)))
+    except (ValueError, RecursionError) as exc:
+        want = ("error", type(exc))
+    try:
+        got: Any = ("ok", repr(loads_text(text)))
+    except (ValueError, RecursionError) as exc:
+        got = ("error", type(exc))
+    assert got == want
+
+
+@settings(max_examples=300)
+@given(VALUES, st.booleans())
+def test_decoded_text_reads_as_the_standard_library_reads_it(value: Any, ascii_only: bool) -> None:
+    _same_text(json.dumps(value, ensure_ascii=ascii_only))
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=40))
+def test_any_text_reads_or_fails_as_the_standard_library_does(text: str) -> None:
+    _same_text(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['"\\ud800"', '"\ud800"', '["\udc00", 1]', "[1,]", "", "\ufeff[1]", "1\x00", "[NaN]"],
+)
+def test_text_with_a_lone_surrogate_or_an_error_reads_as_the_standard_library_reads_it(
+    text: str,
+) -> None:
+    _same_text(text)

@@ -17,6 +17,7 @@ from typing import Any
 from .chat_calls import CALL_FINISHES, StreamCalls
 from .chat_repair import Tail, stream_repair
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner
+from .jsonread import loads_text
 from .repeat import Repeat
 from .sse import Event, Out, encode_data
 from .usage import Usage, usage_of
@@ -104,7 +105,7 @@ class ChatStream:
             self.done = event.raw
             return []
         try:
-            chunk = json.loads(data)
+            chunk = loads_text(data)
         except (ValueError, RecursionError):
             chunk = None
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
@@ -124,7 +125,25 @@ class ChatStream:
             # Most chunks: one choice, nothing to splice. What the loop below makes of it.
             choice = choices[0]
             if isinstance(choice, dict):
-                changed, meaningful, keep = self._edit_choice(chunk, choice)
+                delta = choice.get("delta")
+                text = delta.get("content") if type(delta) is dict and len(delta) == 1 else None
+                index = choice.get("index", 0)
+                if (
+                    isinstance(text, str)
+                    and isinstance(index, int)
+                    and choice.get("finish_reason") is None
+                    and index not in self._finished
+                ):
+                    # Most of a stream: a delta of content alone, what `_edit_choice` would
+                    # hand to `_edit_content`; published unchanged, it goes as it came.
+                    guard = self._guards.get(index) or self._guard(index)
+                    content = guard.feed_content(text)
+                    if content == text and guard.finding is None:
+                        self._record(index, content)
+                        return [Out(event.raw, bool(content))]
+                    changed, meaningful, keep = self._edit_content(index, choice, delta, content)
+                else:
+                    changed, meaningful, keep = self._edit_choice(chunk, choice)
                 if not changed:
                     return [Out(event.raw, meaningful)]
                 if not keep:
@@ -203,7 +222,7 @@ class ChatStream:
             and self._splice is None
             and choice.get("finish_reason") is None
         ):
-            return self._edit_content(index, choice, delta, text)
+            return self._edit_content(index, choice, delta, self._guard(index).feed_content(text))
         guard = self._guard(index)
         changed = meaningful = False
         released = ""
@@ -262,17 +281,17 @@ class ChatStream:
         return True, meaningful, not (empty and finish is None and not choice.get("logprobs"))
 
     def _edit_content(
-        self, index: int, choice: dict[str, Any], delta: dict[str, Any], text: str
+        self, index: int, choice: dict[str, Any], delta: dict[str, Any], content: str
     ) -> tuple[bool, bool, bool]:
         """`_edit_choice` for most of a stream's chunks, a delta of content alone (no finish, no
-        splice): what the general path does with one, in fewer steps."""
-        guard = self._guard(index)
-        content = guard.feed_content(text)
+        splice), once its guard has read it (`content` is what it publishes): what the general
+        path does with one, in fewer steps."""
+        guard = self._guards[index]
         changed = guard.finding is not None
         if guard.finding is not None:
             self._found(index, guard.finding)
             choice["finish_reason"] = None
-        if content != text:
+        if content != delta["content"]:
             delta["content"] = content
             changed = True
             if choice.get("logprobs") is not None:

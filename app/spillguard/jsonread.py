@@ -34,6 +34,21 @@ def loads(data: bytes) -> Any:
     return json.loads(data)
 
 
+def loads_text(text: str) -> Any:
+    """What `json.loads(text)` returns, for text already decoded (an SSE event's data): orjson
+    reads its UTF-8, and anything orjson refuses (or a lone surrogate) goes to `json` as text."""
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        return json.loads(text)
+    if not _long_integer(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def _long_integer(data: bytes) -> bool:
     """Whether `data` may hold an integer of 19 digits or more: a run of them that follows (past
     blanks and a minus sign) `:`, `[`, `,` or the start. A run inside a string can look so too,

@@ -18,10 +18,10 @@ the blocks the client has open and sends the calls' blocks after them.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, call_anomalies
+from .jsonread import loads_text
 from .messages_events import DELTA_KEYS, MESSAGE_END, Block, ClientBlocks, Pending, is_call
 from .messages_repair import Tail
 from .sse import Event, Out
@@ -130,7 +130,7 @@ class MessagesStream:
         if event.data is None:
             return [] if self.certain else [Out(event.raw, False)]
         try:
-            data = json.loads(event.data)
+            data = loads_text(event.data)
         except (ValueError, RecursionError):
             data = None
         kind = data.get("type") if isinstance(data, dict) else None

@@ -8,10 +8,10 @@ A retry that continues a started client stream does so through `responses_splice
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, call_anomalies
+from .jsonread import loads_text
 from .responses_events import (
     TERMINAL,
     Key,
@@ -134,7 +134,7 @@ class ResponsesStream:
         if event.data is None:
             return [] if self.certain else [Out(event.raw, False)]
         try:
-            data = json.loads(event.data)
+            data = loads_text(event.data)
         except (ValueError, RecursionError):
             data = None
         kind = data.get("type") if isinstance(data, dict) else None
