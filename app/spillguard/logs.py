@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 from .redact import Redactor
@@ -33,16 +34,32 @@ class JsonFormatter(logging.Formatter):
         self.redact = redact or Redactor([])
 
     def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", None)
+        extra = fields if isinstance(fields, dict) else {}
+        message = record.getMessage()
+        return self.line(
+            record.levelname, message, extra, record.created, record.name, _exception(record)
+        )
+
+    def line(
+        self,
+        levelname: str,
+        msg: str,
+        fields: dict[str, Any],
+        created: float,
+        name: str,
+        exception: dict[str, str] | None = None,
+    ) -> str:
+        """The line of a record with these attributes (`fields`: its `extra` fields)."""
         out: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
+            "ts": round(created, 3),
+            "level": levelname.lower(),
+            "logger": name,
+            "msg": msg,
         }
-        extra = getattr(record, "fields", None)
-        if isinstance(extra, dict):
-            out.update(extra)
-        out.update(_exception(record))
+        out.update(fields)
+        if exception:
+            out.update(exception)
         text = json.dumps(out, ensure_ascii=False, default=str)
         if self.redact.finds_nothing(text):  # most lines: nothing to redact
             return text
@@ -59,7 +76,11 @@ class ConsoleFormatter(logging.Formatter):
         fields = getattr(record, "fields", None) or {}
         if record.exc_info:
             fields = {**fields, **_exception(record)}
-        parts = [f"{record.levelname.lower():7} {record.getMessage()}"]
+        return self.line(record.levelname, record.getMessage(), fields)
+
+    def line(self, levelname: str, msg: str, fields: dict[str, Any]) -> str:
+        """The line of a record with these attributes (`fields`: its `extra` fields)."""
+        parts = [f"{levelname.lower():7} {msg}"]
         findings: list[dict[str, Any]] = []
         for k, v in fields.items():
             if k == "findings":
@@ -72,6 +93,60 @@ class ConsoleFormatter(logging.Formatter):
                 f"{k}={v!r}" if k == "excerpt" else f"{k}={v}" for k, v in found.items()
             )
         return self.redact(text)
+
+
+FORMATTERS = (ConsoleFormatter, JsonFormatter)  # exactly these: a subclass may format otherwise
+
+
+def write(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -> None:
+    """`logger.log(level, msg, extra={"fields": fields})`: the same line, but written without
+    the logging module's record and handler calls (about half of what a line costs) when
+    nothing but one plain stream handler with spillguard's formatter, and no filter, would
+    see it; any other arrangement goes through `logger.log`."""
+    if not logger.isEnabledFor(level):
+        return
+    handlers = logger.handlers
+    if len(handlers) == 1 and not logger.propagate and not logger.filters:
+        handler = handlers[0]
+        formatter = handler.formatter
+        if (
+            type(handler) is logging.StreamHandler
+            and type(formatter) in FORMATTERS
+            and level >= handler.level
+            and not handler.filters
+        ):
+            assert isinstance(formatter, ConsoleFormatter | JsonFormatter)
+            _emit(handler, formatter, logger, level, msg, fields)
+            return
+    logger.log(level, msg, extra={"fields": fields})
+
+
+def _emit(
+    handler: logging.StreamHandler[Any],
+    formatter: ConsoleFormatter | JsonFormatter,
+    logger: logging.Logger,
+    level: int,
+    msg: str,
+    fields: dict[str, Any],
+) -> None:
+    """What `Handler.handle` and `StreamHandler.emit` do with the record, under its lock."""
+    handler.acquire()
+    try:
+        levelname = logging.getLevelName(level)
+        if isinstance(formatter, JsonFormatter):  # created as a LogRecord is
+            text = formatter.line(levelname, msg, fields, time.time(), logger.name)
+        else:
+            text = formatter.line(levelname, msg, fields)
+        handler.stream.write(text + handler.terminator)
+        handler.flush()
+    except RecursionError:
+        raise
+    except Exception:
+        record = logger.makeRecord(logger.name, level, "(unknown file)", 0, msg, (), None)
+        record.fields = fields
+        handler.handleError(record)
+    finally:
+        handler.release()
 
 
 def setup_logging(settings: Settings) -> None:

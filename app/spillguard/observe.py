@@ -17,6 +17,7 @@ from typing import Any
 
 from .incident_store import open_store
 from .incidents import IncidentWriter
+from .logs import write
 from .metrics import Metrics
 from .outcome import Outcome
 from .redact import Redactor
@@ -54,7 +55,7 @@ def log_refusal(refusal: Refusal) -> None:
         "error": refusal.code,
         "reason": refusal.reason,
     }
-    log.info("refused", extra={"fields": fields})
+    write(log, logging.INFO, "refused", fields)
 
 
 class Observer:
@@ -177,4 +178,4 @@ class Observer:
                 {"kind": a.kind, "tool_name": a.tool_name, "attempt": a.attempt}
                 for a in outcome.anomalies
             ]
-        log.log(level, "request", extra={"fields": fields})
+        write(log, level, "request", fields)

@@ -18,7 +18,6 @@ TOKENS = re.compile(
     r"(?i)(?P<bearer>\bbearer\s+)[^\s\"',;]{6,}"
     r"|\b(?P<prefix>sk-|xai-|sk_)[A-Za-z0-9][A-Za-z0-9_\-]{7,}"
 )
-TOKEN_WORDS = ("bearer", "sk-", "sk_", "xai-")
 
 
 class Redactor:
@@ -38,10 +37,11 @@ class Redactor:
     def __call__(self, text: str) -> str:
         if self.keys is not None:
             text = self.keys.sub(REDACTED, text)
-        # Every token starts with one of these words in some letter case; in ASCII text,
-        # case-insensitive matching is `str.lower`, so text without them cannot match (non-ASCII
-        # text, where `re` also folds U+017F to "s" and U+212A to "k", always runs the regex).
-        if text.isascii() and not any(word in text.lower() for word in TOKEN_WORDS):
+        # Every token starts with "bearer", "sk-", "sk_" or "xai-" in some letter case; in ASCII
+        # text, case-insensitive matching is `str.lower`, so text without them cannot match
+        # (non-ASCII text, where `re` also folds U+017F to "s" and U+212A to "k", always runs
+        # the regex).
+        if _no_token_words(text):
             return text
         return TOKENS.sub(self._token, text)
 
@@ -53,7 +53,7 @@ class Redactor:
             return False
         # In JSON text a bearer token can hide behind an escape (`bearer\\tTOKEN`), so only the
         # words themselves vouch, and only in ASCII text (see `__call__`).
-        return text.isascii() and not any(word in text.lower() for word in TOKEN_WORDS)
+        return _no_token_words(text)
 
     @staticmethod
     def _token(match: re.Match[str]) -> str:
@@ -68,3 +68,11 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.deep(v) for v in value]
         return value
+
+
+def _no_token_words(text: str) -> bool:
+    """ASCII text without "bearer", "sk-", "sk_" or "xai-" in any letter case: no token."""
+    if not text.isascii():
+        return False
+    low = text.lower()
+    return not ("bearer" in low or "sk-" in low or "sk_" in low or "xai-" in low)
