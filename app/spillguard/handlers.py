@@ -93,8 +93,8 @@ async def _inspect(
         return await _streamed(ctx, decision, request, ex)
     status, rheaders, data = await until_disconnect(request.receive, decision.reply(ex))
     outcome.answered(status)
-    rheaders = response_ids(request.scope, rheaders | action_headers(outcome), outcome)
-    return respond(Response(data, status), rheaders)
+    rheaders.update(action_headers(outcome))  # the decision's own dict, made for this reply
+    return respond(Response(data, status), response_ids(request.scope, rheaders, outcome))
 
 
 async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exchange) -> Response:
@@ -269,8 +269,10 @@ def respond(response: Response, headers: dict[str, str]) -> Response:
     """Put relayed headers on a response, each Set-Cookie value on a line of its own."""
     raw = response.raw_headers
     for name, value in headers.items():
-        values = value.split("\n") if name == "set-cookie" else [value]
-        raw.extend((name.encode("latin-1"), v.encode("latin-1")) for v in values)
+        if name == "set-cookie":
+            raw.extend((b"set-cookie", v.encode("latin-1")) for v in value.split("\n"))
+        else:
+            raw.append((name.encode("latin-1"), value.encode("latin-1")))
     return response
 
 
