@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Mapping
+from types import MappingProxyType
 from typing import Any, cast
 
 from fastapi import Request
@@ -26,6 +27,7 @@ from .eventstream import EventStream
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .mounts import Target
 from .outcome import Outcome
+from .policy import MODE_HEADER
 from .proxy import (
     REFRAMED,
     Decision,
@@ -36,6 +38,9 @@ from .proxy import (
     open_upstream,
 )
 from .upstream import Upstream, end_to_end
+
+RAW_MODE_HEADER = MODE_HEADER.encode()
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 # ---- the service routes ----------------------------------------------------------------------
 
@@ -82,7 +87,7 @@ async def _inspect(
         model = obj.get("model")
         outcome.describe(model if isinstance(model, str) else None, obj.get("stream") is True)
     # Before forwarding too: a bad x-spillguard-mode is refused even without tools.
-    policy = ctx.policy_for(request.headers, outcome.model, outcome.upstream)
+    policy = ctx.policy_for(_mode_headers(request), outcome.model, outcome.upstream)
     outcome.mode = policy.mode.value
     if not isinstance(obj, dict) or not tools.declared:
         if isinstance(obj, dict):  # a next turn without tools may still name a splice
@@ -282,6 +287,15 @@ def _declared(request: Request) -> str:
         if name == b"content-length":
             return cast(bytes, value).decode("latin-1")
     return ""
+
+
+def _mode_headers(request: Request) -> Mapping[str, str]:
+    """The headers `Context.policy_for` reads: none unless the request sends x-spillguard-mode
+    (without it, the policy reads no header), so most requests build no `Headers`."""
+    for name, _ in request.scope["headers"]:
+        if name == RAW_MODE_HEADER:
+            return request.headers
+    return NO_HEADERS
 
 
 def _query(request: Request) -> str:
