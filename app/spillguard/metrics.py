@@ -108,21 +108,30 @@ class ModelLabels:
         return label
 
 
-class Children:
-    """A metric's labelled children, kept by their label values: every request counts under
-    the same few, and prometheus-client's `labels()` validates and locks on each call."""
+class Hot:
+    """The labelled children every finished request counts under (its request count, and its
+    two latencies), kept by the request's labels: the same few serve every request, and
+    prometheus-client's `labels()` validates and locks on each call."""
 
-    __slots__ = ("known", "metric")
+    __slots__ = ("added_latency", "known", "requests", "upstream_latency")
 
-    def __init__(self, metric: Any) -> None:
-        self.metric = metric
-        self.known: dict[tuple[str, ...], Any] = {}
+    def __init__(self, requests: Counter, upstream_latency: Histogram, added: Histogram) -> None:
+        self.requests = requests
+        self.upstream_latency = upstream_latency
+        self.added_latency = added
+        self.known: dict[tuple[str, str, str, str], tuple[Any, Any, Any]] = {}
 
-    def __call__(self, *values: str) -> Any:
-        child = self.known.get(values)
-        if child is None:
-            child = self.known[values] = self.metric.labels(*values)
-        return child
+    def __call__(self, route: str, mode: str, outcome: str, upstream: str) -> tuple[Any, Any, Any]:
+        """(the requests counter's, the upstream latency's, the added latency's) children."""
+        key = (route, mode, outcome, upstream)
+        children = self.known.get(key)
+        if children is None:
+            children = self.known[key] = (
+                self.requests.labels(route, mode, outcome, upstream),
+                self.upstream_latency.labels(route, upstream),
+                self.added_latency.labels(route),
+            )
+        return children
 
 
 class Metrics:
@@ -247,13 +256,14 @@ class Metrics:
             registry=own,
             multiprocess_mode="livesum",
         )
-        self._requests = Children(self.requests)
-        self._upstream_latency = Children(self.upstream_latency)
-        self._added_latency = Children(self.added_latency)
+        self._hot = Hot(self.requests, self.upstream_latency, self.added_latency)
 
     def observe(self, outcome: Outcome) -> None:
         up = outcome.upstream
-        self._requests(outcome.route, outcome.mode, outcome.action.value, up).inc()
+        requests, upstream_latency, added_latency = self._hot(
+            outcome.route, outcome.mode, outcome.action.value, up
+        )
+        requests.inc()
         for found in outcome.findings:
             model = self.model(outcome.model)
             self.findings.labels(found.family, model, up).inc()
@@ -277,8 +287,8 @@ class Metrics:
         if outcome.upstream_calls:
             upstream = outcome.upstream_ms / 1000
             added = max(outcome.total_ms / 1000 - upstream, 0.0)
-            self._upstream_latency(outcome.route, up).observe(upstream)
-            self._added_latency(outcome.route).observe(added)
+            upstream_latency.observe(upstream)
+            added_latency.observe(added)
 
     def refused(self, code: str) -> None:
         self.refusals.labels(code.lower()).inc()
