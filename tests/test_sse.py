@@ -9,6 +9,8 @@ from __future__ import annotations
 from itertools import combinations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spillguard.sse import DEFAULT_MAX_EVENT, Event, SSEDecoder, SSEError, encode_data, encode_event
 
@@ -241,3 +243,41 @@ def test_decoding_is_linear(unit: bytes) -> None:
 def test_decoding_cr_only_lines_is_linear(unit: bytes) -> None:
     large = unit * 2000
     assert scanned_for(large) <= 4 * len(large)
+
+
+# Pieces of a stream: common events and everything around them that is not one.
+PARTS = st.sampled_from(
+    [
+        b"data: a\n\n",
+        b'data: {"x":1}\n\n',
+        b"data:b\n\n",
+        b"data:\n\n",
+        b"data: \xff\n\n",
+        b"\n",
+        b"\r\n",
+        b"\r",
+        b"data: c\n",
+        b": ping\n\n",
+        b"event: e\n",
+        b"id: 1\n",
+        b"data",
+        b"data: [DONE]\n\n",
+        b"retry: 2\n\n",
+        b"\n\n",
+        b"x: y\n\n",
+    ]
+)
+
+
+@settings(max_examples=400)
+@given(st.lists(PARTS, max_size=12), st.lists(st.integers(min_value=0, max_value=200), max_size=4))
+def test_whole_pieces_of_common_events_decode_as_byte_by_byte(
+    parts: list[bytes], cuts: list[int]
+) -> None:
+    data = b"".join(parts)
+    want = decode([data[i : i + 1] for i in range(len(data))])
+    assert decode([data]) == want
+    points = sorted({min(c, len(data)) for c in cuts})
+    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    assert decode(pieces) == want
+    assert decode(parts) == want

@@ -32,7 +32,7 @@ from tests.fuzz.responses_bytes import (
     responses_view,
     well_formed,
 )
-from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Turn, drive
+from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Turn, decode, drive
 
 PROSE = [
     "It is sunny in Lisbon, 21 °C.",
@@ -173,3 +173,31 @@ def test_responses_stream_agrees_with_the_whole_reply(data: st.DataObject, turn:
     whole = responses.inspect_reply(responses_reply(turn), TOOLS, HOLD)
     stream = responses.new_stream(TOOLS, HOLD, None)
     check(turn, stream, data.draw(pieces(raw)), whole, responses_seen, parks=True)
+
+
+# Prose whose deltas may end in what could still grow into a recipient (`final`, `assistant`,
+# `commentary`, `functools[`): the one place the markup judge may hold a quiet-looking delta.
+TAILS = ["finally", "the final answer", "assistant to", "commentary", "functools.", "xf", "!?"]
+
+
+@PROPS
+@given(data=st.data(), turn=turns(), extra=st.lists(st.sampled_from(TAILS), max_size=4))
+def test_chat_events_read_together_publish_what_they_publish_one_by_one(
+    data: st.DataObject, turn: Turn, extra: list[str]
+) -> None:
+    """The proxy gives the chat editor each read's events together (`feed_all`): the client
+    gets the same text and the decision the same verdict as from feeding them one by one, and
+    every event that goes out as the upstream sent it one by one does so together too (read
+    together, a delta that could have opened a marker is already known not to)."""
+    text = turn.text + " ".join(extra)
+    turn = Turn(data.draw(deltas(text)), turn.reasoning, turn.calls)
+    raw = b"".join(chat_events(turn))
+    cuts = data.draw(pieces(raw))
+    apart, together = chat.new_stream(TOOLS, HOLD, None), chat.new_stream(TOOLS, HOLD, None)
+    out_apart = drive(apart, cuts, one_by_one=True)
+    out_together = drive(together, cuts)
+    assert chat_view(out_together) == chat_view(out_apart)
+    assert key(together.finding) == key(apart.finding)
+    assert together.leaked_text() == apart.leaked_text()
+    sent = {event.raw for event in decode(raw)}
+    assert {e.raw for e in decode(out_apart)} & sent <= {e.raw for e in decode(out_together)}

@@ -104,10 +104,64 @@ class ChatStream:
         if data[:1] != "{" and data.strip() == "[DONE]":  # a chunk is never stripped
             self.done = event.raw
             return []
-        try:
-            chunk = loads_text(data)
-        except (ValueError, RecursionError):
-            chunk = None
+        return self._feed_chunk(event, _parsed(data))
+
+    def feed_all(self, events: list[Event]) -> list[Out]:
+        """`feed` each event in turn; but content deltas of one choice in a row are read as one
+        text, and when the scanner takes it whole (`Scanner.feed_quiet`) they go out together
+        as the upstream sent them. The text published is the same either way; only a delta the
+        scanner would have held until the next one is not re-serialized."""
+        outs: list[Out] = []
+        run: list[tuple[Event, dict[str, Any], str]] = []  # content deltas of one choice
+        index = 0
+        for event in events:
+            data = event.data
+            chunk = _parsed(data) if data is not None and data[:1] == "{" else None
+            delta = _content_delta(chunk)
+            if run and (delta is None or delta[0] != index):
+                outs += self._feed_run(run, index)
+                run = []
+            if delta is not None and chunk is not None:
+                index = delta[0]
+                run.append((event, chunk, delta[1]))
+            elif chunk is not None:
+                outs += self._feed_chunk(event, chunk)
+            else:
+                outs += self.feed(event)
+        if run:
+            outs += self._feed_run(run, index)
+        return outs
+
+    def _feed_run(self, run: list[tuple[Event, dict[str, Any], str]], index: int) -> list[Out]:
+        outs: list[Out] = []
+        at = 0
+        while at < len(run):
+            if (
+                len(run) - at > 1
+                and self.head
+                and self._tail is None
+                and self._splice is None
+                and index not in self._finished
+                and not self.certain
+            ):
+                guard = self._guards.get(index) or self._guard(index)
+                texts = [text for _, _, text in run[at:]]
+                taken = guard.content.feed_quiet_run(texts)
+                if taken:
+                    text = "".join(texts[:taken])
+                    self._record(index, text)
+                    outs.append(
+                        Out(b"".join(e.raw for e, _, _ in run[at : at + taken]), bool(text))
+                    )
+                    at += taken
+                    continue
+            event, chunk, _ = run[at]
+            outs += self._feed_chunk(event, chunk)
+            at += 1
+        return outs
+
+    def _feed_chunk(self, event: Event, chunk: Any) -> list[Out]:
+        """`feed`, once the event's data has been parsed (None when it is not JSON)."""
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         if self._tail is not None:
             self._tail.note(event, chunk)
@@ -130,6 +184,7 @@ class ChatStream:
                 index = choice.get("index", 0)
                 if (
                     isinstance(text, str)
+                    and isinstance(delta, dict)
                     and isinstance(index, int)
                     and choice.get("finish_reason") is None
                     and index not in self._finished
@@ -367,6 +422,31 @@ class ChatStream:
             if guard.finding is not None:
                 self.finding = guard.finding
                 self._finished.add(self.finding_choice)
+
+
+def _parsed(data: str) -> Any:
+    try:
+        return loads_text(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _content_delta(chunk: Any) -> tuple[int, str] | None:
+    """(choice index, text) of a chunk that is a delta of content alone of one choice, with no
+    finish and no usage (most of a stream); None for any other chunk."""
+    if type(chunk) is not dict or chunk.get("usage") is not None:
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
+        return None
+    choice = choices[0]
+    delta, index = choice.get("delta"), choice.get("index", 0)
+    if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
+        return None
+    text = delta.get("content")
+    if type(text) is not str or not isinstance(index, int):
+        return None
+    return index, text
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> ChatStream:

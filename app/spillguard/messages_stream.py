@@ -25,6 +25,7 @@ from .jsonread import loads_text
 from .messages_events import DELTA_KEYS, MESSAGE_END, Block, ClientBlocks, Pending, is_call
 from .messages_repair import Tail
 from .sse import Event, Out
+from .wire import feed_each
 
 __all__ = ["MessagesStream", "is_call", "new_stream"]
 
@@ -125,6 +126,9 @@ class MessagesStream:
     def finish(self) -> list[Out]:
         """The upstream's stream ended: settle what was held (nothing, after message_stop)."""
         return self._send_all(self._end())
+
+    def feed_all(self, events: list[Event]) -> list[Out]:
+        return feed_each(self, events)
 
     def feed(self, event: Event) -> list[Out]:
         if event.data is None:

@@ -48,18 +48,10 @@ class Attempt:
 def _judged(stream: Stream, events: list[Event], observe: bool) -> tuple[bytes, bool]:
     """The events fed to the stream: the bytes to publish, and whether they mean anything to
     the client (observe mode publishes every event as it came)."""
-    parts: list[bytes] = []
-    meaningful = False
-    for event in events:
-        outs = stream.feed(event)
-        if observe:
-            parts.append(event.raw)
-            meaningful = True
-            continue
-        for out in outs:
-            parts.append(out.data)
-            meaningful = meaningful or out.meaningful
-    return b"".join(parts), meaningful
+    outs = stream.feed_all(events)
+    if observe:
+        return b"".join(event.raw for event in events), bool(events)
+    return b"".join(out.data for out in outs), any(out.meaningful for out in outs)
 
 
 class Relay:

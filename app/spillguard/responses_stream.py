@@ -26,7 +26,7 @@ from .responses_repair import Tail, Unshown
 from .responses_splice import Splice, close_open_items
 from .sse import Event, Out
 from .usage import Usage, usage_of
-from .wire import Stream
+from .wire import Stream, feed_each
 
 
 class ResponsesStream:
@@ -129,6 +129,9 @@ class ResponsesStream:
     def finish(self) -> list[Out]:
         """The upstream ended without a terminal event: settle what was held."""
         return self._send_all(self._flush_all(), final=True)
+
+    def feed_all(self, events: list[Event]) -> list[Out]:
+        return feed_each(self, events)
 
     def feed(self, event: Event) -> list[Out]:
         if event.data is None:

@@ -21,6 +21,11 @@ from .start import KEEPALIVE
 from .usage import Usage, reply_usage
 
 
+def feed_each(stream: Stream, events: list[Event]) -> list[Out]:
+    """`Stream.feed_all` as `feed` each event in turn."""
+    return [out for event in events for out in stream.feed(event)]
+
+
 def content_finding(
     texts: list[str], tools: ToolSet, hold_limit: int
 ) -> tuple[Finding, str] | None:
@@ -65,6 +70,10 @@ class Stream(Protocol):
         """What closes the client's stream after `finish` (chat's held `[DONE]`), or b""."""
 
     def feed(self, event: Event) -> list[Out]: ...
+
+    def feed_all(self, events: list[Event]) -> list[Out]:
+        """`feed` each event in turn (the events of one read, taken together where that is
+        quicker: chat's runs of content deltas)."""
 
     def finish(self) -> list[Out]:
         """The upstream ended: settle what was held back, and return what may now go out."""

@@ -71,21 +71,31 @@ class HeldTooLong(Exception):
     """The editor held back more than the hold limit: the proxy fails the reply here."""
 
 
-def drive(stream: Stream, pieces: Iterable[bytes], hold_limit: int | None = None) -> bytes:
+def drive(
+    stream: Stream,
+    pieces: Iterable[bytes],
+    hold_limit: int | None = None,
+    one_by_one: bool = False,
+) -> bytes:
     """Feed the upstream's bytes, piece by piece, through an SSE decoder into `stream`, the way
-    the proxy's stream loop does; return what the editor published.
+    the proxy's stream loop does (each piece's events together, `feed_all`); return what the
+    editor published.
 
     At the end of the bytes the editor settles (after a finding) or is finished, its tail and
     trailer (chat's `[DONE]`) published unless the tail made a finding. After a finding, the rest
     is read (published nowhere) until the editor has `ended` or the bytes end, then settled.
-    With `hold_limit`, holding more than that after a piece raises HeldTooLong.
+    With `hold_limit`, holding more than that after a piece raises HeldTooLong. `one_by_one`
+    feeds each event alone instead (`feed`).
     """
     decoder = SSEDecoder()
     out = bytearray()
     rest = iter([*(p for p in pieces if p), b""])  # an empty read is the end, as upstream
     for piece in rest:
-        for event in decoder.feed(piece) if piece else decoder.flush():
-            out += b"".join(o.data for o in stream.feed(event))
+        events = decoder.feed(piece) if piece else decoder.flush()
+        if one_by_one:
+            out += b"".join(o.data for e in events for o in stream.feed(e))
+        else:
+            out += b"".join(o.data for o in stream.feed_all(events))
         if not piece and stream.certain:
             stream.settle()
         elif not piece:

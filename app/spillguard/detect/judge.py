@@ -73,17 +73,33 @@ class Judge(BlockReader):
 
     def feed(self, text: str) -> bool:
         """Read the next text; True when it was quiet: nothing in it needed a closer look."""
-        tail = self.tail + text
-        if self._quiet(text, tail):
-            self.pos += len(text)
-            if len(self._head) < _LINE_CAP:
-                self._head += text[: _LINE_CAP - len(self._head)]
-            self.tail = tail[-_CONTEXT:]
-            self._ctx = len(self.tail)
+        if self.feed_quiet(text):
             return True
-        self.tail = tail
+        self.tail += text
         self.run(final=False)
         return False
+
+    def quiet_reach(self, text: str) -> int:
+        """How much of `text`, from its start, `_quiet` could find quiet at most: up to the
+        first character it would look at closer."""
+        if self._block is Block.FENCE:
+            found = [i for i in (text.find("\n"), text.find("`"), text.find("~")) if i >= 0]
+            return min(found, default=len(text))
+        match = QUIET.search(text)
+        return len(text) if match is None else match.start()
+
+    def feed_quiet(self, text: str) -> bool:
+        """Read `text` if it is quiet, and return True; else leave it unread (the judge's state
+        as it was, but for what `_quiet` learned of it) and return False."""
+        tail = self.tail + text
+        if not self._quiet(text, tail):
+            return False
+        self.pos += len(text)
+        if len(self._head) < _LINE_CAP:
+            self._head += text[: _LINE_CAP - len(self._head)]
+        self.tail = tail[-_CONTEXT:]
+        self._ctx = len(self.tail)
+        return True
 
     def _line_settled(self) -> bool:
         """The current line's start can no longer matter to an event at the end of the text:

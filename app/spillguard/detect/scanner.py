@@ -129,6 +129,37 @@ class Scanner:
                 self._after_probe.feed(after if fresh else text)
         return self._release()
 
+    def feed_quiet(self, text: str) -> bool:
+        """Take `text` only if `feed` would publish it whole at once and need no closer look
+        (nothing held, no blob that may still open, nothing in it the judge must decide), and
+        return True; else take nothing and return False. For a caller holding several deltas:
+        they may be read as one text, since no verdict depends on how the text was cut."""
+        if self.finished or self._marker_family is not None or self._pending:
+            return False
+        probe, rest = self._probe, self._after_probe
+        if (probe is not None and probe.alive) or (rest is not None and rest.alive):
+            return False
+        if not self._judge.feed_quiet(text):
+            return False
+        self._seen += len(text)
+        self._published = self._seen
+        return True
+
+    def feed_quiet_run(self, texts: list[str]) -> int:
+        """Take as many of `texts`, from the first, as `feed_quiet` takes read as one text, and
+        return how many (0: none was taken)."""
+        joined = "".join(texts)
+        reach = self._judge.quiet_reach(joined)
+        count = end = 0
+        for text in texts:
+            if end + len(text) > reach:
+                break
+            end += len(text)
+            count += 1
+        if count and self.feed_quiet(joined[:end]):
+            return count
+        return 0
+
     def finish(self) -> str:
         """End of the field: return the rest that may be published, and settle `finding`."""
         if self.finished:
