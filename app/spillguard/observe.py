@@ -11,7 +11,7 @@ token.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,14 @@ class Observer:
             else None
         )
         self.tracing = Tracing.from_settings(settings, self.redact)
+        # What `record` does with an outcome, each part apart (one failing skips no other):
+        # the incident record and the spans only where they are on.
+        parts: list[Callable[[Outcome], None]] = [self._log, self.metrics.observe]
+        if self.incidents is not None:
+            parts.append(self.incidents.submit)
+        if self.tracing is not None:
+            parts.append(self.tracing.finish)
+        self._parts = tuple(parts)
 
     def start(self) -> None:
         if self.incidents is not None:
@@ -109,7 +117,7 @@ class Observer:
     def record(self, outcome: Outcome) -> None:
         if not outcome.close():
             return
-        for part in (self._log, self.metrics.observe, self._incidents, self._trace_end):
+        for part in self._parts:
             try:
                 part(outcome)
             except Exception as exc:  # recording must never fail a request
@@ -127,14 +135,6 @@ class Observer:
             self.metrics.refused(refusal.code)
         except Exception as exc:  # recording must never fail a request
             log.error("refusal not recorded", extra={"fields": {"error": repr(exc)}})
-
-    def _trace_end(self, outcome: Outcome) -> None:
-        if self.tracing is not None:
-            self.tracing.finish(outcome)
-
-    def _incidents(self, outcome: Outcome) -> None:
-        if self.incidents is not None:
-            self.incidents.submit(outcome)
 
     def _log(self, outcome: Outcome) -> None:
         level = self._level if outcome.findings or outcome.anomalies else logging.INFO
