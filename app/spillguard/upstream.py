@@ -43,8 +43,9 @@ def end_to_end(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -
     case, repeated headers joined as HTTP allows (Set-Cookie values newline-separated, for
     `handlers.respond` to send as separate lines)."""
     named: set[str] = set()
-    for value in _getall(headers, "connection"):
-        named.update(t.strip().lower() for t in value.split(","))
+    if "connection" in headers:  # as case-blind as `_getall` for each kind of headers
+        for value in _getall(headers, "connection"):
+            named.update(t.strip().lower() for t in value.split(","))
     out: dict[str, str] = {}
     for key, value in headers.items():
         low = key.lower()
