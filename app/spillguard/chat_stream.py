@@ -16,6 +16,7 @@ from typing import Any
 
 from .chat_calls import CALL_FINISHES, StreamCalls
 from .chat_repair import Tail, stream_repair
+from .chat_shape import Shape, content_delta
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner
 from .jsonread import loads_text
 from .repeat import Repeat
@@ -61,6 +62,8 @@ class ChatStream:
         self.usage: Usage | None = None  # from a chunk's `usage` (stream_options.include_usage)
         self._calls = StreamCalls()  # the structured calls, for `anomalies`
         self._tail: Tail | None = None  # what followed the markup, once there is a finding
+        self._shape: Shape | None = None  # the bytes of its content deltas around their text
+        self._shapes_left = 8  # shapes it may still learn
 
     @property
     def certain(self) -> bool:
@@ -110,18 +113,28 @@ class ChatStream:
         """`feed` each event in turn; but content deltas of one choice in a row are read as one
         text, and when the scanner takes it whole (`Scanner.feed_quiet`) they go out together
         as the upstream sent them. The text published is the same either way; only a delta the
-        scanner would have held until the next one is not re-serialized."""
+        scanner would have held until the next one is not re-serialized. Such deltas are read
+        by their bytes once their `Shape` is known."""
         outs: list[Out] = []
-        run: list[tuple[Event, dict[str, Any], str]] = []  # content deltas of one choice
+        run: list[tuple[Event, dict[str, Any] | None, str]] = []  # content deltas of one choice
         index = 0
         for event in events:
-            data = event.data
-            chunk = _parsed(data) if data is not None and data[:1] == "{" else None
-            delta = _content_delta(chunk)
+            shape = self._shape
+            text = shape.read(event.raw) if shape is not None else None
+            if text is not None and shape is not None:
+                delta: tuple[int, str] | None = (shape.index, text)
+                chunk = None
+            else:
+                data = event.data
+                chunk = _parsed(data) if data is not None and data[:1] == "{" else None
+                delta = content_delta(chunk)
+                if delta is not None and self._shapes_left and self.head:
+                    self._shapes_left -= 1  # a stream whose chunks all differ stops trying
+                    self._shape = Shape.learn(event, chunk, *delta) or shape
             if run and (delta is None or delta[0] != index):
                 outs += self._feed_run(run, index)
                 run = []
-            if delta is not None and chunk is not None:
+            if delta is not None:
                 index = delta[0]
                 run.append((event, chunk, delta[1]))
             elif chunk is not None:
@@ -132,7 +145,9 @@ class ChatStream:
             outs += self._feed_run(run, index)
         return outs
 
-    def _feed_run(self, run: list[tuple[Event, dict[str, Any], str]], index: int) -> list[Out]:
+    def _feed_run(
+        self, run: list[tuple[Event, dict[str, Any] | None, str]], index: int
+    ) -> list[Out]:
         outs: list[Out] = []
         at = 0
         while at < len(run):
@@ -156,7 +171,9 @@ class ChatStream:
                     at += taken
                     continue
             event, chunk, _ = run[at]
-            outs += self._feed_chunk(event, chunk)
+            outs += self._feed_chunk(
+                event, chunk if chunk is not None else _parsed(event.data or "")
+            )
             at += 1
         return outs
 
@@ -429,24 +446,6 @@ def _parsed(data: str) -> Any:
         return loads_text(data)
     except (ValueError, RecursionError):
         return None
-
-
-def _content_delta(chunk: Any) -> tuple[int, str] | None:
-    """(choice index, text) of a chunk that is a delta of content alone of one choice, with no
-    finish and no usage (most of a stream); None for any other chunk."""
-    if type(chunk) is not dict or chunk.get("usage") is not None:
-        return None
-    choices = chunk.get("choices")
-    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
-        return None
-    choice = choices[0]
-    delta, index = choice.get("delta"), choice.get("index", 0)
-    if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
-        return None
-    text = delta.get("content")
-    if type(text) is not str or not isinstance(index, int):
-        return None
-    return index, text
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> ChatStream:

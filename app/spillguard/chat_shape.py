@@ -1,0 +1,85 @@
+"""A chat stream's content deltas read by their bytes, without parsing each one.
+
+Most chunks of a stream are a delta of content alone of one choice (`content_delta`), and one
+stream's such chunks differ only in their text: the same id, model and fields around it. Once
+one has been parsed and its text found in its bytes, the bytes around the text are a `Shape`.
+A later event with the same bytes around a text holding nothing JSON reads specially (no `"`,
+no backslash, no control character) is, by JSON's grammar, the same chunk with that text: the
+string token sits at the same place and holds exactly those characters. A shape is kept only
+once a probe (another text in the same place, parsed) has shown that the place is the delta's
+content, and not some other field that happens to hold the same text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .jsonread import loads_text
+from .sse import Event
+
+_SPECIAL = bytes(range(0x20)) + b'"\\'  # what a JSON string spells with an escape
+_PROBE = "spillguard probe"
+_KEY = b'"content":"'
+
+
+def content_delta(chunk: Any) -> tuple[int, str] | None:
+    """(choice index, text) of a chunk that is a delta of content alone of one choice, with no
+    finish and no usage (most of a stream); None for any other chunk."""
+    if type(chunk) is not dict or chunk.get("usage") is not None:
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
+        return None
+    choice = choices[0]
+    delta, index = choice.get("delta"), choice.get("index", 0)
+    if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
+        return None
+    text = delta.get("content")
+    if type(text) is not str or not isinstance(index, int):
+        return None
+    return index, text
+
+
+class Shape:
+    """The bytes of one stream's content-delta events around their text."""
+
+    __slots__ = ("_least", "_prefix", "_suffix", "index")
+
+    def __init__(self, index: int, prefix: bytes, suffix: bytes) -> None:
+        self.index = index
+        self._prefix, self._suffix = prefix, suffix
+        self._least = len(prefix) + len(suffix)
+
+    @classmethod
+    def learn(cls, event: Event, chunk: Any, index: int, text: str) -> Shape | None:
+        """The shape of `event`, whose parsed data is `chunk`, a delta of `text` alone; None when
+        its bytes do not show it plainly (a text with escapes, a data line cut in two)."""
+        raw, encoded = event.raw, text.encode()
+        if (
+            event.data is None
+            or raw != b"data: " + event.data.encode("utf-8", "surrogatepass") + b"\n\n"
+        ):
+            return None
+        if len(encoded.translate(None, _SPECIAL)) != len(encoded):
+            return None
+        at = raw.rfind(_KEY + encoded + b'"')
+        if at < 0:
+            return None
+        cut = at + len(_KEY)
+        shape = cls(index, raw[:cut], raw[cut + len(encoded) :])
+        probe = loads_text((shape._prefix + _PROBE.encode() + shape._suffix)[6:-2].decode())
+        if content_delta(probe) != (index, _PROBE):
+            return None
+        probe["choices"][0]["delta"]["content"] = text
+        return shape if probe == chunk else None
+
+    def read(self, raw: bytes) -> str | None:
+        """The text of an event of this shape, or None when `raw` is not one."""
+        if len(raw) < self._least or not raw.startswith(self._prefix):
+            return None
+        if not raw.endswith(self._suffix):
+            return None
+        text = raw[len(self._prefix) : len(raw) - len(self._suffix)]
+        if len(text.translate(None, _SPECIAL)) != len(text):
+            return None
+        return text.decode("utf-8", "replace")

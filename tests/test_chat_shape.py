@@ -1,0 +1,110 @@
+"""Content deltas read by their bytes (`chat_shape.Shape`): whatever a shape reads is what parsing
+the chunk reads, and a shape is learned only where its place is plainly the delta's content."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spillguard.chat_shape import Shape, content_delta
+from spillguard.sse import Event
+from tests.fuzz.chat_bytes import CHAT_HEAD, chat_chunk
+from tests.fuzz.wire_bytes import decode
+
+
+def event(raw: bytes) -> Event:
+    (only,) = decode(raw)
+    return only
+
+
+def learned(raw: bytes) -> Shape | None:
+    e = event(raw)
+    chunk = json.loads(e.data or "")
+    delta = content_delta(chunk)
+    assert delta is not None
+    return Shape.learn(e, chunk, *delta)
+
+
+def parsed_text(raw: bytes) -> Any:
+    e = event(raw)
+    delta = content_delta(json.loads(e.data or ""))
+    return None if delta is None else delta[1]
+
+
+def test_a_content_delta_is_read_by_its_bytes() -> None:
+    shape = learned(chat_chunk({"content": "Hello"}))
+    assert shape is not None and shape.index == 0
+    assert shape.read(chat_chunk({"content": " world"})) == " world"
+    assert shape.read(chat_chunk({"content": ""})) == ""
+    assert shape.read(chat_chunk({"content": "｜tool▁calls"})) == "｜tool▁calls"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        chat_chunk({"content": 'say "hi"'}),  # an escaped quote: the text is not spelled plainly
+        chat_chunk({"content": "a\nb"}),
+        chat_chunk({"content": "x"}, index=1),  # another choice
+        chat_chunk({"role": "assistant", "content": "x"}),  # not content alone
+        chat_chunk({"content": "x"}, finish="stop"),
+        chat_chunk({"content": "x"}, head={**CHAT_HEAD, "id": "other"}),
+        chat_chunk({"content": "x"}, usage=True),
+        b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n',  # other fields around it
+    ],
+)
+def test_anything_else_is_not_read_by_a_shape(raw: bytes) -> None:
+    shape = learned(chat_chunk({"content": "Hello"}))
+    assert shape is not None
+    assert shape.read(raw) is None
+
+
+def test_a_text_with_escapes_teaches_no_shape() -> None:
+    assert learned(chat_chunk({"content": 'a "quoted" word'})) is None
+    assert learned(chat_chunk({"content": "tab\there"})) is None
+
+
+def test_a_place_that_only_holds_the_same_text_is_not_taken_for_the_content() -> None:
+    # The delta's key is spelled with an escape, and another field holds the same text after
+    # a plain `"content":"`: the probe shows that place is not the delta's content.
+    raw = (
+        b'data: {"choices":[{"index":0,"delta":{"con\\u0074ent":"hi"}}],'
+        b'"note":{"content":"hi"}}\n\n'
+    )
+    assert parsed_text(raw) == "hi"
+    assert learned(raw) is None
+
+
+def test_a_data_line_cut_in_two_teaches_no_shape() -> None:
+    raw = b'data: {"choices":[{"index":0,\ndata: "delta":{"content":"hi"}}]}\n\n'
+    assert parsed_text(raw) == "hi"
+    assert learned(raw) is None
+
+
+def test_invalid_utf8_reads_as_the_decoder_and_parser_read_it() -> None:
+    shape = learned(chat_chunk({"content": "Hello"}))
+    assert shape is not None
+    good = chat_chunk({"content": "é"})
+    raw = good.replace("é".encode(), b"\xc3")  # a truncated character
+    assert shape.read(raw) == parsed_text(raw) == "\ufffd"
+
+
+@settings(max_examples=400)
+@given(st.text(max_size=12), st.text(max_size=12))
+def test_whatever_a_shape_reads_is_what_parsing_reads(first: str, later: str) -> None:
+    raw = chat_chunk({"content": first})
+    e = event(raw)
+    chunk = json.loads(e.data or "")
+    shape = Shape.learn(e, chunk, 0, first)
+    if shape is None:
+        return
+    other = chat_chunk({"content": later})
+    got = shape.read(other)
+    assert got is None or got == parsed_text(other) == later
+    if all(c >= " " and c not in '"\\' for c in later):
+        assert got == later
+    spaced = b"data: " + json.dumps(json.loads(other[6:-2])).encode() + b"\n\n"  # `: ` spacing
+    assert shape.read(spaced) is None
