@@ -149,15 +149,16 @@ def _whole_events(chunk: bytes) -> list[Event] | None:
     else, with nothing pending, cut into them at C speed; None for any other piece. What a
     streaming upstream sends a read. A piece of one event is that event's bytes, not copied."""
     pieces = chunk.split(b"\n\n")
-    if pieces.pop():  # what follows the last blank line: a blank line more
+    # Nothing after the last blank line, and no line end but the blank lines' own.
+    if pieces.pop() or chunk.count(b"\n") != 2 * len(pieces):
         return None
     events: list[Event] = []
+    one = len(pieces) == 1
     for piece in pieces:
-        if not piece.startswith(b"data:") or b"\n" in piece:
+        if piece[:5] != b"data:":
             return None
-        raw = chunk if len(pieces) == 1 else piece + b"\n\n"
         value = piece[6 if piece[5:6] == b" " else 5 :]
-        events.append(Event(raw, value.decode("utf-8", "replace")))
+        events.append(Event(chunk if one else piece + b"\n\n", value.decode("utf-8", "replace")))
     return events
 
 
