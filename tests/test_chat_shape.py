@@ -65,6 +65,9 @@ def test_anything_else_is_not_read_by_a_shape(raw: bytes) -> None:
 def test_a_text_with_escapes_teaches_no_shape() -> None:
     assert learned(chat_chunk({"content": 'a "quoted" word'})) is None
     assert learned(chat_chunk({"content": "tab\there"})) is None
+    lone = b'data: {"choices":[{"index":0,"delta":{"content":"\\ud83d x"}}]}\n\n'
+    assert parsed_text(lone) == "\ud83d x"
+    assert learned(lone) is None
 
 
 def test_a_place_that_only_holds_the_same_text_is_not_taken_for_the_content() -> None:

@@ -54,12 +54,10 @@ class Shape:
     def learn(cls, event: Event, chunk: Any, index: int, text: str) -> Shape | None:
         """The shape of `event`, whose parsed data is `chunk`, a delta of `text` alone; None when
         its bytes do not show it plainly (a text with escapes, a data line cut in two)."""
-        raw, encoded = event.raw, text.encode()
-        if (
-            event.data is None
-            or raw != b"data: " + event.data.encode("utf-8", "surrogatepass") + b"\n\n"
-        ):
+        raw, data = event.raw, event.data
+        if data is None or raw != b"data: " + data.encode("utf-8", "surrogatepass") + b"\n\n":
             return None
+        encoded = text.encode("utf-8", "surrogatepass")  # a lone surrogate is never found
         if len(encoded.translate(None, _SPECIAL)) != len(encoded):
             return None
         at = raw.rfind(_KEY + encoded + b'"')
