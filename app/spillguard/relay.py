@@ -1,7 +1,9 @@
 """One attempt's SSE stream, relayed to the client through its wire's editor.
 
 The loop waits on the upstream no longer than a keep-alive interval (measured from the client's
-last byte), feeds each event to the editor and publishes what the start policy lets go. After a
+last byte), feeds each read's events to the editor and publishes what the start policy lets go:
+a long read in turns of `TURN` events, the event loop running the other streams between turns,
+and at most two turns' output written at once (every write costs a send). After a
 finding the attempt publishes nothing more: the rest is drained briefly so the finding's family
 and name settle (a retry follows), or, when the leak may be repaired, read to its end (within
 the hold limit, keep-alives flowing), the prose that came with the marker held in `Attempt.held`
@@ -84,6 +86,7 @@ class Relay:
         loop = asyncio.get_running_loop()
         remember = splice and self.chains.stored(ex)  # a stored splice, for later requests
         turn = 0  # events judged since this stream last let the event loop run the others
+        unsent: list[bytes] = []  # output of this read's parts not yet yielded
         while True:
             # A keep-alive is due `keepalive` seconds after the client's last byte (or its
             # request), however steadily the upstream sends text that is held back.
@@ -123,8 +126,11 @@ class Relay:
                 if send is not None and not send.start:  # the common case, as `send` without a list
                     if send.data:
                         start.delivered(loop.time())
-                    yield send.data
+                        unsent.append(send.data)
                 elif send is not None:
+                    if unsent:
+                        yield b"".join(unsent)
+                        unsent.clear()
                     for item in self.send(at, send):
                         yield item
                 elif leaking and not start.started:
@@ -138,11 +144,17 @@ class Relay:
                         stream.settle()
                     break
                 if turn >= TURN:
+                    if len(unsent) > 1:  # two turns' output, one write
+                        yield b"".join(unsent)
+                        unsent.clear()
                     await asyncio.sleep(0)
                     turn = 0
                 if end == count:
                     break
                 begin = end
+            if unsent:
+                yield unsent[0] if len(unsent) == 1 else b"".join(unsent)
+                unsent.clear()
             if last or leaking:
                 break
         if not leaking:
