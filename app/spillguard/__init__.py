@@ -36,8 +36,9 @@ decision is recorded on the request's `outcome.Outcome`, through its methods onl
 Wires. `wire.py` defines what a wire supplies: the `Wire` record and the `Stream` protocol. Each
 wire is sans-IO (SSE events from `sse.py` in, publishable bytes out), with the detection core
 judging the text and `rawjson.py` splicing a retry's messages or a repair's calls into the
-upstream's own bytes: Chat Completions (`chat.py`, its stream editor `chat_stream.py`, its
-structured calls `chat_calls.py`, its repair `chat_repair.py`), Responses (`responses.py`,
+upstream's own bytes: Chat Completions (`chat.py`, its stream editor `chat_stream.py`, which
+reads most content deltas by their bytes through `chat_shape.py`, its structured calls
+`chat_calls.py`, its repair `chat_repair.py`), Responses (`responses.py`,
 `responses_stream.py`, `responses_events.py`, `responses_repair.py`, and `responses_splice.py`
 for a retry spliced into a started stream), and Anthropic Messages (`messages.py`,
 `messages_stream.py`, `messages_events.py`, `messages_repair.py`). `repeat.py` drops from a
@@ -52,7 +53,8 @@ any marker's needle); `detect.read_calls` reads a leak's markup into calls for a
 
 Edges. `upstream.py` is the only aiohttp code: one pooled session per upstream, header hygiene,
 and every wait reported to an `on_wait` hook (the outcome's upstream time). `observe.py` receives
-each outcome once and logs it (`logs.py`), counts it (`metrics.py`), traces it when asked
+each outcome once and logs it (`logs.py`, which writes the line straight to its own stream
+handler when nothing else could see the record), counts it (`metrics.py`), traces it when asked
 (`tracing.py`, OpenTelemetry, optional) and writes its findings (`incidents.py`: a queue and a
 writer thread over an `incident_store.Store`, SQLite in `incident_sqlite.py` or PostgreSQL in
 `incident_postgres.py`, kept within `retention.py`'s limits; `incident_query.py` reads either for
