@@ -26,12 +26,7 @@ _BLANK = frozenset(b" \t\r\n")
 
 
 def loads(data: bytes) -> Any:
-    if not _long_integer(data):
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(data)
+    return json.loads(data) if (value := _orjson(data)) is _REFUSED else value
 
 
 def loads_text(text: str) -> Any:
@@ -41,12 +36,20 @@ def loads_text(text: str) -> Any:
         data = text.encode()
     except UnicodeEncodeError:
         return json.loads(text)
-    if not _long_integer(data):
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(text)
+    return json.loads(text) if (value := _orjson(data)) is _REFUSED else value
+
+
+_REFUSED = object()
+
+
+def _orjson(data: bytes) -> Any:
+    """orjson's reading of `data` where it is `json`'s, else `_REFUSED`."""
+    if _long_integer(data):
+        return _REFUSED
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _REFUSED
 
 
 def _long_integer(data: bytes) -> bool:
