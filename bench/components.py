@@ -8,7 +8,8 @@ timed over many calls on the bench's own request and replies, best of 5 batches:
 * the framework: one POST through spillguard's FastAPI app and middleware to a trivial route,
   against the same route on bare Starlette (ASGI called directly, no sockets);
 * the streamed path per SSE event: decoding, `json.loads` alone, and spillguard's chat stream
-  editor (decode + parse + scan + re-emit) over the bench's 376-event stream.
+  editor (decode + parse + scan + re-emit) over the bench's 376-event stream, each event alone
+  and as the relay feeds it (each 8 KB read's events together, in turns).
 
 Prints a table, and JSON with `--json`.
 """
@@ -89,6 +90,7 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
     from spillguard.detect import declared_tools
     from spillguard.observe import Observer
     from spillguard.outcome import Outcome
+    from spillguard.relay import TURN
     from spillguard.settings import Settings
     from spillguard.sse import SSEDecoder
     from spillguard.upstream import end_to_end
@@ -221,6 +223,17 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
             stream.feed(event)
         stream.finish()
 
+    reads = [raw[i : i + 8192] for i in range(0, len(raw), 8192)]
+
+    def edit_reads() -> None:
+        # What the relay does: each read's events to the editor together, in turns of TURN.
+        stream, decoder = chat.new_stream(tools, hold, None), SSEDecoder()
+        for piece in reads:
+            got = decoder.feed(piece)
+            for i in range(0, len(got), TURN):
+                stream.feed_all(got[i : i + TURN])
+        stream.finish()
+
     per = len(events)
     m = max(20, n // 50)
     add("stream, per event", "SSEDecoder.feed", best_us(decode, m) / per, f"{per} events")
@@ -229,7 +242,13 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
         "stream, per event",
         "decode + ChatStream.feed",
         best_us(edit, m) / per,
-        "what spillguard does per event",
+        "each event alone",
+    )
+    add(
+        "stream, per event",
+        "decode + ChatStream.feed_all",
+        best_us(edit_reads, m) / per,
+        f"what the relay does: 8 KB reads, {TURN}-event turns",
     )
     return rows
 
