@@ -1,4 +1,5 @@
-"""The Chat Completions stream editor, fed SSE bytes: what it publishes and what it finds.
+"""The Chat Completions stream editor (`chat_stream.py` and the per-choice edits of
+`chat_choices.py`), fed SSE bytes: what it publishes and what it finds.
 
 Every scenario is a byte stream written the way providers write it, fed whole, cut once at
 every byte (inside a line, a CRLF, a `｜`) and one byte at a time; each way must publish the

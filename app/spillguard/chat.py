@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from .chat_calls import reply_anomalies
+from .chat_choices import REASONING_KEYS
 from .chat_repair import repair_reply, reply_markup
-from .chat_stream import REASONING_KEYS, ChatStream, new_stream
+from .chat_stream import ChatStream, new_stream
 from .detect import Finding, ToolSet, TurnScanner, may_find
 from .errors import SpillguardError
 from .usage import Usage
