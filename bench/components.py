@@ -37,17 +37,11 @@ def best_us(fn: Callable[[], Any], n: int, batches: int = 5) -> float:
     return best * 1e6
 
 
-def asgi_post_us(app: Any, path: str, body: bytes, n: int) -> float:
-    """Microseconds for one POST through an ASGI app, called directly."""
-    headers = [
-        (b"host", b"127.0.0.1:8080"),
-        (b"content-type", b"application/json"),
-        (b"authorization", b"Bearer sk-bench"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    scope_base = {
+def post_scope(path: str, body: bytes) -> dict[str, Any]:
+    """The ASGI scope of the bench's JSON POST of `body` to `path`, as uvicorn would pass it."""
+    return {
         "type": "http",
-        "asgi": {"version": "3.0"},
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
@@ -55,10 +49,20 @@ def asgi_post_us(app: Any, path: str, body: bytes, n: int) -> float:
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": headers,
+        "headers": [
+            (b"host", b"127.0.0.1:8080"),
+            (b"content-type", b"application/json"),
+            (b"authorization", b"Bearer sk-bench"),
+            (b"content-length", str(len(body)).encode()),
+        ],
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8080),
     }
+
+
+def asgi_post_us(app: Any, path: str, body: bytes, n: int) -> float:
+    """Microseconds for one POST through an ASGI app, called directly."""
+    scope_base = post_scope(path, body)
     message = {"type": "http.request", "body": body, "more_body": False}
 
     async def receive() -> dict[str, Any]:

@@ -19,6 +19,7 @@ import json
 import time
 from typing import Any
 
+from .components import post_scope
 from .payloads import chat_request
 
 
@@ -66,27 +67,7 @@ async def one(app: Any, body: bytes, statuses: dict[int, int]) -> None:
         if message["type"] == "http.response.start":
             status = message["status"]
 
-    headers = [
-        (b"host", b"127.0.0.1"),
-        (b"content-type", b"application/json"),
-        (b"authorization", b"Bearer sk-bench"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8080),
-        "state": {},
-    }
+    scope = {**post_scope("/v1/chat/completions", body), "state": {}}
     await app(scope, receive, send)
     statuses[status] = statuses.get(status, 0) + 1
 

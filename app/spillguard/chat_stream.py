@@ -119,6 +119,7 @@ class ChatStream(Choices):
         self, run: list[tuple[Event, dict[str, Any] | None, str]], index: int
     ) -> list[Out]:
         outs: list[Out] = []
+        texts = [text for _, _, text in run]
         at = 0
         while at < len(run):
             if (
@@ -130,10 +131,9 @@ class ChatStream(Choices):
                 and not self.certain
             ):
                 guard = self._guards.get(index) or self._guard(index)
-                texts = [text for _, _, text in run[at:]]
-                taken = guard.content.feed_quiet_run(texts)
+                taken = guard.content.feed_quiet_run(texts[at:])
                 if taken:
-                    text = "".join(texts[:taken])
+                    text = "".join(texts[at : at + taken])
                     self._record(index, text)
                     outs.append(
                         Out(b"".join(e.raw for e, _, _ in run[at : at + taken]), bool(text))
@@ -166,23 +166,17 @@ class ChatStream(Choices):
             # Most chunks: one choice, nothing to splice. What the loop below makes of it.
             choice = choices[0]
             if isinstance(choice, dict):
-                delta = choice.get("delta")
-                text = delta.get("content") if type(delta) is dict and len(delta) == 1 else None
-                index = choice.get("index", 0)
-                if (
-                    isinstance(text, str)
-                    and isinstance(delta, dict)
-                    and isinstance(index, int)
-                    and choice.get("finish_reason") is None
-                    and index not in self._finished
-                ):
+                found = content_delta(chunk)
+                if found is not None and found[0] not in self._finished:
                     # Most of a stream: a delta of content alone, what `_edit_choice` would
                     # hand to `_edit_content`; published unchanged, it goes as it came.
+                    index, text = found
                     guard = self._guards.get(index) or self._guard(index)
                     content = guard.feed_content(text)
                     if content == text and guard.finding is None:
                         self._record(index, content)
                         return [Out(event.raw, bool(content))]
+                    delta = choice["delta"]
                     changed, meaningful, keep = self._edit_content(index, choice, delta, content)
                 else:
                     changed, meaningful, keep = self._edit_choice(chunk, choice)

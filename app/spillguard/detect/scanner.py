@@ -111,11 +111,9 @@ class Scanner:
             self._keep_markup(text)
             return ""
         quiet = self._judge.feed(text)
-        if quiet and not self._pending:  # the common case, unless a blob may still open
-            probe, rest = self._probe, self._after_probe
-            if (probe is None or not probe.alive) and (rest is None or not rest.alive):
-                self._published = self._seen
-                return text
+        if quiet and self._clear():  # the common case
+            self._published = self._seen
+            return text
         self._pending.append(text)
         self._pending_len += len(text)
         fresh = self._after_probe is None
@@ -134,16 +132,20 @@ class Scanner:
         (nothing held, no blob that may still open, nothing in it the judge must decide), and
         return True; else take nothing and return False. For a caller holding several deltas:
         they may be read as one text, since no verdict depends on how the text was cut."""
-        if self.finished or self._marker_family is not None or self._pending:
-            return False
-        probe, rest = self._probe, self._after_probe
-        if (probe is not None and probe.alive) or (rest is not None and rest.alive):
+        if self.finished or self._marker_family is not None or not self._clear():
             return False
         if not self._judge.feed_quiet(text):
             return False
         self._seen += len(text)
         self._published = self._seen
         return True
+
+    def _clear(self) -> bool:
+        """Nothing is held, and no blob may still open: quiet text is published at once."""
+        if self._pending:
+            return False
+        probe, rest = self._probe, self._after_probe
+        return (probe is None or not probe.alive) and (rest is None or not rest.alive)
 
     def feed_quiet_run(self, texts: list[str]) -> int:
         """Take as many of `texts`, from the first, as `feed_quiet` takes read as one text, and
