@@ -9,6 +9,11 @@ py-spy on this process shows spillguard's own share (`py-spy record --gil -p PID
   taskset -c 1 python -m bench.upstream --port 9150 &
   taskset -c 0 python -m bench.inproc --n 20000           # spillguard, mode retry
   taskset -c 0 python -m bench.inproc --n 20000 --floor   # the floor
+  taskset -c 0 python -m bench.inproc --stream sustain:20:64 --conc 200 --n 2000
+
+With `--stream MODEL` the requests are streams of the bench upstream's MODEL (`sustain:20:64`:
+64 deltas 20 ms apart, each in a read of its own, as in the sustained section) and the CPU time
+is also given per SSE event the client received.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ def build(floor: bool, upstream: str, mode: str) -> Any:
     return create_spillguard(Settings(upstream=upstream, mode=mode))
 
 
-async def lifespan_start(app: Any) -> None:
+async def lifespan_start(app: Any) -> asyncio.Task[None]:
+    """Start the app's lifespan; the task returned must be kept (a task nothing refers to may
+    be collected, which would end the lifespan and close the app's client session)."""
     incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     outgoing: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     await incoming.put({"type": "lifespan.startup"})
@@ -43,13 +50,14 @@ async def lifespan_start(app: Any) -> None:
         await outgoing.put(message)
 
     scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
-    asyncio.get_running_loop().create_task(app(scope, incoming.get, send))
+    task = asyncio.get_running_loop().create_task(app(scope, incoming.get, send))
     started = await outgoing.get()
     if started["type"] != "lifespan.startup.complete":
         raise SystemExit(f"start-up failed: {started}")
+    return task
 
 
-async def one(app: Any, body: bytes, statuses: dict[int, int]) -> None:
+async def one(app: Any, body: bytes, statuses: dict[int, int], events: list[int]) -> None:
     sent = False
     forever = asyncio.Event()
     status = 0
@@ -66,6 +74,8 @@ async def one(app: Any, body: bytes, statuses: dict[int, int]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
+        else:
+            events[0] += message.get("body", b"").count(b"data:")
 
     scope = {**post_scope("/v1/chat/completions", body), "state": {}}
     await app(scope, receive, send)
@@ -74,25 +84,30 @@ async def one(app: Any, body: bytes, statuses: dict[int, int]) -> None:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     app = build(args.floor, args.upstream, args.mode)
-    await lifespan_start(app)
-    body = chat_request("bench")
+    lifespan = await lifespan_start(app)
+    body = chat_request(args.stream or "bench", stream=bool(args.stream))
     statuses: dict[int, int] = {}
+    events = [0]
 
     async def worker(count: int) -> None:
         for _ in range(count):
-            await one(app, body, statuses)
+            await one(app, body, statuses, events)
 
     await asyncio.gather(*(worker(4) for _ in range(args.conc)))  # warm
     per = max(args.n // args.conc, 1)
-    cpu, wall = time.process_time(), time.perf_counter()
+    cpu, wall, events[0] = time.process_time(), time.perf_counter(), 0
     await asyncio.gather(*(worker(per) for _ in range(args.conc)))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     n = per * args.conc
-    return {
+    result = {
         "cpu_us": round(cpu / n * 1e6, 1),
         "wall_us": round(wall / n * 1e6, 1),
         "statuses": statuses,
     }
+    lifespan.cancel()
+    if args.stream:
+        result |= {"events": events[0], "cpu_us_per_event": round(cpu / events[0] * 1e6, 2)}
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--conc", type=int, default=50, help="requests at a time")
     parser.add_argument("--upstream", default="http://127.0.0.1:9150/v1")
     parser.add_argument("--mode", default="retry")
+    parser.add_argument("--stream", metavar="MODEL", help="stream requests of this bench model")
     args = parser.parse_args(argv)
     import uvloop
 

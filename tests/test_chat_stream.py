@@ -108,6 +108,25 @@ def test_prose_then_a_leak_glued_on_the_next_line() -> None:
     assert stream.leaked_text() == "Let me check that.\n"  # the prose, never the markup
 
 
+def test_a_delta_read_by_its_bytes_in_a_read_of_its_own_is_edited_as_when_parsed() -> None:
+    """A paced stream's deltas come a read each. Once their shape is known they are read by
+    their bytes; the one whose end is held back (`<tool` may open markup) is parsed then and
+    edited exactly as when each event is parsed (`feed` one by one)."""
+    text = "Let me check the weather " + HERMES
+    head = ("Let me", " check", " the weather <tool")
+    turn = Turn(content=(*head, text[len("".join(head)) :]))
+    events = chat_events(turn)
+    stream = fresh()
+    out = drive(stream, events)  # each piece one event, fed to `feed_all`
+    assert stream._shape is not None  # the deltas were read by their bytes
+    assert out == drive(fresh(), events, one_by_one=True)
+    assert out.startswith(b"".join(events[:3]))
+    edited = chunks_of(out[len(b"".join(events[:3])) :])
+    assert [c["choices"][0]["delta"] for c in edited] == [{"content": " the weather "}]
+    assert stream.finding is not None
+    assert stream.finding.start == len("Let me check the weather ")
+
+
 def test_markup_in_reasoning_without_a_call_is_a_finding() -> None:
     reasoning = "The user wants the weather.\n" + KIMI
     turn = Turn(content=("Checking.",), reasoning=cut(reasoning, 5, 29, 40))

@@ -122,14 +122,7 @@ class ChatStream(Choices):
         texts = [text for _, _, text in run]
         at = 0
         while at < len(run):
-            if (
-                len(run) - at > 1
-                and self.head
-                and self._tail is None
-                and self._splice is None
-                and index not in self._finished
-                and not self.certain
-            ):
+            if len(run) - at > 1 and self._plain(index):
                 guard = self._guards.get(index) or self._guard(index)
                 taken = guard.content.feed_quiet_run(texts[at:])
                 if taken:
@@ -140,12 +133,45 @@ class ChatStream(Choices):
                     )
                     at += taken
                     continue
-            event, chunk, _ = run[at]
-            outs += self._feed_chunk(
-                event, chunk if chunk is not None else _parsed(event.data or "")
-            )
+            event, chunk, text = run[at]
+            if self._plain(index):
+                outs += self._delta(event, chunk, index, text)
+            else:
+                outs += self._feed_chunk(
+                    event, chunk if chunk is not None else _parsed(event.data or "")
+                )
             at += 1
         return outs
+
+    def _plain(self, index: int) -> bool:
+        """A content delta of choice `index` is read by `_delta`: no splice, no tail, no
+        finding, and the choice has not finished."""
+        return (
+            bool(self.head)
+            and self._tail is None
+            and self._splice is None
+            and not self.certain
+            and index not in self._finished
+        )
+
+    def _delta(self, event: Event, chunk: Any, index: int, text: str) -> list[Out]:
+        """A delta of content alone (`content_delta`) when `_plain`, what `_feed_chunk` makes of
+        it; `chunk` is its parsed data, or None when it was read by its shape (and is parsed
+        only if its text changes). Published unchanged, it goes as it came."""
+        guard = self._guards.get(index) or self._guard(index)
+        content = guard.feed_content(text)
+        if content == text and guard.finding is None:
+            self._record(index, content)
+            return [Out(event.raw, bool(content))]
+        if chunk is None:
+            chunk = _parsed(event.data or "")
+        choice = chunk["choices"][0]
+        changed, meaningful, keep = self._edit_content(index, choice, choice["delta"], content)
+        if not changed:
+            return [Out(event.raw, meaningful)]
+        if not keep:
+            return []
+        return [Out(encode_data(_dumps(chunk)), meaningful)]
 
     def _feed_chunk(self, event: Event, chunk: Any) -> list[Out]:
         """`feed`, once the event's data has been parsed (None when it is not JSON)."""
@@ -169,17 +195,9 @@ class ChatStream(Choices):
                 found = content_delta(chunk)
                 if found is not None and found[0] not in self._finished:
                     # Most of a stream: a delta of content alone, what `_edit_choice` would
-                    # hand to `_edit_content`; published unchanged, it goes as it came.
-                    index, text = found
-                    guard = self._guards.get(index) or self._guard(index)
-                    content = guard.feed_content(text)
-                    if content == text and guard.finding is None:
-                        self._record(index, content)
-                        return [Out(event.raw, bool(content))]
-                    delta = choice["delta"]
-                    changed, meaningful, keep = self._edit_content(index, choice, delta, content)
-                else:
-                    changed, meaningful, keep = self._edit_choice(chunk, choice)
+                    # hand to `_edit_content`.
+                    return self._delta(event, chunk, *found)
+                changed, meaningful, keep = self._edit_choice(chunk, choice)
                 if not changed:
                     return [Out(event.raw, meaningful)]
                 if not keep:
