@@ -34,7 +34,10 @@ def build(floor: bool, upstream: str, mode: str) -> Any:
 
         return create_app(upstream)
     from spillguard.asgi import create_app as create_spillguard
+    from spillguard.runner import tune_gc
     from spillguard.settings import Settings
+
+    tune_gc()  # as the serving process does
 
     return create_spillguard(Settings(upstream=upstream, mode=mode))
 

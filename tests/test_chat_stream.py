@@ -217,6 +217,21 @@ def first_attempt(calls: tuple[Call, ...] = ()) -> ChatStream:
     return stream
 
 
+def test_argument_chunks_go_as_they_came_and_take_their_call_index() -> None:
+    """Most of a call's chunks only add arguments. They are published unchanged, and their
+    index is taken even for a call never named, so a splice would shift past it."""
+    stray = chat_chunk(
+        {"tool_calls": [{"index": 1, "type": "function", "function": {"arguments": "{}"}}]}
+    )
+    events = [ROLE, *chat_call_chunks(WEATHER, 0), stray]
+    events += [chat_chunk({}, finish="tool_calls"), CHAT_DONE]
+    out, stream = every_split_agrees(fresh, b"".join(events))
+    assert out == b"".join(events)
+    assert stream.finding is None
+    assert stream.tool_next == {0: 2}
+    assert stream.anomalies == []
+
+
 def test_a_splice_keeps_the_first_id_and_sends_no_second_role_chunk() -> None:
     retry = b"".join(chat_events(Turn(calls=(WEATHER,)), head=RETRY_HEAD))
     out, stream = every_split_agrees(lambda: new_stream(TOOLS, HOLD, first_attempt()), retry)

@@ -17,6 +17,7 @@ from .detect import Finding, ToolSet, TurnScanner
 from .repeat import Repeat
 
 REASONING_KEYS = ("reasoning_content", "reasoning")
+_ARGUMENT_KEYS = {"index", "function", "type"}  # of a call's chunk that only adds arguments
 
 
 @dataclass
@@ -153,6 +154,33 @@ class Choices:
         if not changed:
             return False, bool(content), True
         return True, bool(content), bool(content) or bool(choice.get("logprobs"))
+
+    def _more_arguments(self, choice: dict[str, Any]) -> bool:
+        """A delta of more arguments alone, for a call of a choice whose guard already knows of
+        a structured call (most of a call's chunks), taken as `_edit_choice` takes it: nothing
+        released, nothing edited, the call noted. False for any other choice, left untouched
+        for the general path."""
+        delta, index = choice.get("delta"), choice.get("index", 0)
+        if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
+            return False
+        calls = delta.get("tool_calls")
+        if type(calls) is not list or len(calls) != 1 or type(calls[0]) is not dict:
+            return False
+        call = calls[0]
+        number, fn = call.get("index"), call.get("function")
+        if type(number) is not int or type(fn) is not dict or len(fn) != 1:
+            return False
+        if type(fn.get("arguments")) is not str or not call.keys() <= _ARGUMENT_KEYS:
+            return False
+        guard = self._guards.get(index) if type(index) is int else None
+        if guard is None or not guard.called or guard.finding is not None:
+            return False
+        if self._splice is not None or index in self._finished:
+            return False
+        self._calls.names.setdefault((index, number), None)  # a fragment with no name
+        if self.tool_next.get(index, 0) <= number:
+            self.tool_next[index] = number + 1
+        return True
 
     def _index_tools(self, index: int, tool_calls: list[Any]) -> bool:
         """Track tool-call indices; in a splice, shift them past the calls already sent."""

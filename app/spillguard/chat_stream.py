@@ -197,6 +197,8 @@ class ChatStream(Choices):
                     # Most of a stream: a delta of content alone, what `_edit_choice` would
                     # hand to `_edit_content`.
                     return self._delta(event, chunk, *found)
+                if self._more_arguments(choice):
+                    return [Out(event.raw, True)]
                 changed, meaningful, keep = self._edit_choice(chunk, choice)
                 if not changed:
                     return [Out(event.raw, meaningful)]
