@@ -92,6 +92,8 @@ class Context:
     _drop: dict[str, frozenset[str]] = field(init=False)
     rules: Rules = field(init=False)
     _loosening: tuple[bytes, ...] = field(init=False)
+    # Per mount: its targets, made once (the Anthropic one None without an Anthropic base).
+    _targets: dict[str, tuple[Target, Target | None]] = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -102,6 +104,10 @@ class Context:
         }
         self.rules = Rules(s)
         self._loosening = tuple(k.get_secret_value().encode() for k in s.loosening_keys)
+        self._targets = {
+            name: (Target(name, False), Target(name, True) if m.anthropic is not None else None)
+            for name, m in self.mounts.items()
+        }
 
     @property
     def policy(self) -> Policy:
@@ -117,8 +123,8 @@ class Context:
 
     def target(self, request: Request) -> Target:
         """The mount a request goes to, and whether to its Anthropic base."""
-        mount = self.mount_for(request.scope)
-        return Target(mount.name, mount.anthropic is not None and speaks_anthropic(request.scope))
+        plain, anthropic = self._targets[mount_name(request.scope)]
+        return anthropic if anthropic is not None and speaks_anthropic(request.scope) else plain
 
     def decisions(self, wire: Wire) -> dict[Target, Decision]:
         """One decision of `wire` per target: pick a request's with `target(request)`."""
