@@ -53,6 +53,8 @@ def _judged(stream: Stream, events: list[Event], observe: bool) -> tuple[bytes, 
     outs = stream.feed_all(events)
     if observe:
         return b"".join(event.raw for event in events), bool(events)
+    if len(outs) == 1:  # a paced stream's read: one event
+        return outs[0].data, outs[0].meaningful
     return b"".join(out.data for out in outs), any(out.meaningful for out in outs)
 
 
