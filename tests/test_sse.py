@@ -96,6 +96,17 @@ CASES: dict[str, tuple[bytes, list[Event]]] = {
     # one data line and a blank line, the common event, in its edge spellings
     "data-colon-only": (b"data:\n\n", [E(b"data:\n\n", "")]),
     "data-space-only": (b"data: \n\n", [E(b"data: \n\n", "")]),
+    # cut twice anywhere: a read ends a pending event, holds whole ones, starts the next
+    "reads-of-a-fast-stream": (
+        b"data: a\ndata: a2\n\ndata: b\n\ndata: c\n\n\ndata: d\n\n",
+        [
+            E(b"data: a\ndata: a2\n\n", "a\na2"),
+            E(b"data: b\n\n", "b"),
+            E(b"data: c\n\n", "c"),
+            E(b"\n"),
+            E(b"data: d\n\n", "d"),
+        ],
+    ),
     "one-line-after-named": (
         b"event: a\ndata: 1\n\ndata: 2\n\nid: 4\ndata: 3\n\ndata: 5\n\n",
         [

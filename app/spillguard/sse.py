@@ -42,10 +42,25 @@ class SSEDecoder:
         self._max_event = max_event
 
     def feed(self, chunk: bytes) -> list[Event]:
-        if not self._buf and chunk.endswith(b"\n\n") and b"\r" not in chunk:
-            whole = _whole_events(chunk)
+        last = chunk.rfind(b"\n\n") if b"\r" not in chunk else -1
+        if last >= 0:
+            # A read of a fast stream: the rest of the event left pending by the last one, whole
+            # events, the start of another. The whole ones are cut at C speed (`_whole_events`);
+            # after any blank line nothing is pending, so the two ends go the general way.
+            first = chunk.find(b"\n\n") + 2 if self._buf else 0
+            if first == last + 2:
+                whole: list[Event] | None = []
+            elif first == 0 and last + 2 == len(chunk):
+                whole = _whole_events(chunk)
+            else:
+                whole = _whole_events(chunk[first : last + 2])
             if whole is not None:
-                return whole
+                head = self._feed(chunk[:first]) if first else []
+                tail = self._feed(chunk[last + 2 :]) if last + 2 < len(chunk) else []
+                return head + whole + tail if head or tail else whole
+        return self._feed(chunk)
+
+    def _feed(self, chunk: bytes) -> list[Event]:
         # With nothing pending the piece is read in place, each event one slice of it; what
         # is left of it after the last whole event is kept.
         buf: bytes | bytearray = chunk if not self._buf else self._buf
