@@ -167,13 +167,21 @@ def _whole_events(chunk: bytes) -> list[Event] | None:
     # Nothing after the last blank line, and no line end but the blank lines' own.
     if pieces.pop() or chunk.count(b"\n") != 2 * len(pieces):
         return None
-    events: list[Event] = []
-    one = len(pieces) == 1
-    for piece in pieces:
+    if len(pieces) == 1:
+        piece = pieces[0]
         if piece[:5] != b"data:":
             return None
         value = piece[6 if piece[5:6] == b" " else 5 :]
-        events.append(Event(chunk if one else piece + b"\n\n", value.decode("utf-8", "replace")))
+        return [Event(chunk, value.decode("utf-8", "replace"))]
+    events: list[Event] = []
+    append = events.append
+    for piece in pieces:
+        if piece[:6] == b"data: ":
+            append(Event(piece + b"\n\n", piece[6:].decode("utf-8", "replace")))
+        elif piece[:5] == b"data:":
+            append(Event(piece + b"\n\n", piece[5:].decode("utf-8", "replace")))
+        else:
+            return None
     return events
 
 
