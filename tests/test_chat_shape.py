@@ -46,8 +46,6 @@ def test_a_content_delta_is_read_by_its_bytes() -> None:
 @pytest.mark.parametrize(
     "raw",
     [
-        chat_chunk({"content": 'say "hi"'}),  # an escaped quote: the text is not spelled plainly
-        chat_chunk({"content": "a\nb"}),
         chat_chunk({"content": "x"}, index=1),  # another choice
         chat_chunk({"role": "assistant", "content": "x"}),  # not content alone
         chat_chunk({"content": "x"}, finish="stop"),
@@ -59,6 +57,33 @@ def test_a_content_delta_is_read_by_its_bytes() -> None:
 def test_anything_else_is_not_read_by_a_shape(raw: bytes) -> None:
     shape = learned(chat_chunk({"content": "Hello"}))
     assert shape is not None
+    assert shape.read(raw) is None
+
+
+def test_a_text_with_escapes_is_read_as_its_string_token_spells_it() -> None:
+    shape = learned(chat_chunk({"content": "Hello"}))
+    assert shape is not None
+    for text in ('say "hi"', "a\nb", "tab\there", "back\\slash", "é ｜", "😀"):
+        raw = chat_chunk({"content": text})
+        assert shape.read(raw) == parsed_text(raw) == text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'a","content":"b',  # a quote ends the token early: a second key follows it
+        b"a\\",  # the backslash escapes the closing quote
+        b"\\ud83d x",  # a lone surrogate: orjson refuses it, `json` reads it
+        b"\\u00e9\xc3",  # bytes that are not UTF-8 beside an escape
+        b"a\tb",  # a raw control character
+    ],
+)
+def test_bytes_between_the_quotes_that_are_not_one_string_token_are_not_read(
+    body: bytes,
+) -> None:
+    shape = learned(chat_chunk({"content": "Hello"}))
+    assert shape is not None
+    raw = chat_chunk({"content": "PLACE"}).replace(b"PLACE", body)
     assert shape.read(raw) is None
 
 
@@ -107,7 +132,7 @@ def test_whatever_a_shape_reads_is_what_parsing_reads(first: str, later: str) ->
     other = chat_chunk({"content": later})
     got = shape.read(other)
     assert got is None or got == parsed_text(other) == later
-    if all(c >= " " and c not in '"\\' for c in later):
+    if not any(0xD800 <= ord(c) <= 0xDFFF for c in later):  # all but lone surrogates
         assert got == later
     spaced = b"data: " + json.dumps(json.loads(other[6:-2])).encode() + b"\n\n"  # `: ` spacing
     assert shape.read(spaced) is None

@@ -5,7 +5,9 @@ stream's such chunks differ only in their text: the same id, model and fields ar
 one has been parsed and its text found in its bytes, the bytes around the text are a `Shape`.
 A later event with the same bytes around a text holding nothing JSON reads specially (no `"`,
 no backslash, no control character) is, by JSON's grammar, the same chunk with that text: the
-string token sits at the same place and holds exactly those characters. A shape is kept only
+string token sits at the same place and holds exactly those characters. One whose text has
+escapes (a newline, a quote) is that chunk too when the bytes between the quotes make one
+string token, whose text the token spells (`jsonread.string_body`). A shape is kept only
 once a probe (another text in the same place, parsed) has shown that the place is the delta's
 content, and not some other field that happens to hold the same text.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .jsonread import loads_text
+from .jsonread import loads_text, string_body
 from .sse import Event
 
 _SPECIAL = bytes(range(0x20)) + b'"\\'  # what a JSON string spells with an escape
@@ -79,5 +81,5 @@ class Shape:
             return None
         text = raw[len(self._prefix) : len(raw) - len(self._suffix)]
         if len(text.translate(None, _SPECIAL)) != len(text):
-            return None
+            return string_body(text)  # escapes (a newline, a quote) or what JSON refuses
         return text.decode("utf-8", "replace")

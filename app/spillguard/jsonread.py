@@ -39,6 +39,17 @@ def loads_text(text: str) -> Any:
     return json.loads(text) if (value := _orjson(data)) is _REFUSED else value
 
 
+def string_body(body: bytes) -> str | None:
+    """The text of the JSON string token `"body"`, or None when that is not one string token
+    (a quote in `body` ends it early, a backslash at its end escapes the closing quote) or
+    orjson refuses it (a lone surrogate, bytes that are not UTF-8): `json` then has the say."""
+    try:
+        text = orjson.loads(b'"' + body + b'"')
+    except orjson.JSONDecodeError:
+        return None
+    return text if type(text) is str else None
+
+
 _REFUSED = object()
 
 
