@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spillguard.chat_shape import Shape, content_delta
+from spillguard.chat_shape import Shape, arguments_delta, content_delta
 from spillguard.sse import Event
 from tests.fuzz.chat_bytes import CHAT_HEAD, chat_chunk
 from tests.fuzz.wire_bytes import decode
@@ -136,3 +136,76 @@ def test_whatever_a_shape_reads_is_what_parsing_reads(first: str, later: str) ->
         assert got == later
     spaced = b"data: " + json.dumps(json.loads(other[6:-2])).encode() + b"\n\n"  # `: ` spacing
     assert shape.read(spaced) is None
+
+
+# ---- a call's argument chunks ----------------------------------------------------------------
+
+
+def args_chunk(text: str, call: int = 0, index: int = 0, **fields: Any) -> bytes:
+    piece = {"index": call, **fields, "function": {"arguments": text}}
+    return chat_chunk({"tool_calls": [piece]}, index)
+
+
+def learned_call(raw: bytes) -> Shape | None:
+    e = event(raw)
+    chunk = json.loads(e.data or "")
+    more = arguments_delta(chunk)
+    assert more is not None
+    index, call, text = more
+    return Shape.learn(e, chunk, index, text, call)
+
+
+def test_a_call_shape_reads_that_call_s_argument_chunks() -> None:
+    assert learned_call(args_chunk('{"ci')) is None  # learned from a plain text only
+    shape = learned_call(args_chunk("{"))
+    assert shape is not None and (shape.index, shape.call) == (0, 0)
+    assert shape.read(args_chunk('"city": "Lis')) == '"city": "Lis'
+    assert shape.read(args_chunk("bon\\n}")) == "bon\\n}"
+    typed = learned_call(args_chunk("{", call=1, type="function"))
+    assert typed is not None and typed.call == 1
+    assert typed.read(args_chunk("}", call=1, type="function")) == "}"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        args_chunk("x", call=1),  # another call
+        args_chunk("x", index=1),  # another choice
+        args_chunk("x", id="call_2"),  # a call that starts
+        chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "x"}}]}),
+        chat_chunk({"content": "x"}),
+        chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "x"}}]}, finish="stop"),
+    ],
+)
+def test_a_call_shape_reads_no_other_chunk(raw: bytes) -> None:
+    shape = learned_call(args_chunk("{"))
+    assert shape is not None
+    assert shape.read(raw) is None
+
+
+def test_what_is_an_argument_chunk() -> None:
+    def of(raw: bytes) -> Any:
+        return arguments_delta(json.loads(event(raw).data or ""))
+
+    assert of(args_chunk("{", call=2, index=1)) == (1, 2, "{")
+    assert of(args_chunk("{", type="function")) == (0, 0, "{")
+    assert of(args_chunk("{", id="call_1")) is None
+    assert of(chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "f"}}]})) is None
+    assert of(chat_chunk({"tool_calls": []})) is None
+    two = {"index": 0, "function": {"arguments": "{"}}
+    assert of(chat_chunk({"tool_calls": [two, {**two, "index": 1}]})) is None
+    assert of(chat_chunk({"tool_calls": [two], "content": ""})) is None
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=12), st.text(max_size=12))
+def test_whatever_a_call_shape_reads_is_what_parsing_reads(first: str, later: str) -> None:
+    shape = learned_call(args_chunk(first))
+    if shape is None:
+        return
+    other = args_chunk(later)
+    got = shape.read(other)
+    more = arguments_delta(json.loads(event(other).data or ""))
+    assert got is None or (more is not None and got == more[2] == later)
+    if not any(0xD800 <= ord(c) <= 0xDFFF for c in later):
+        assert got == later

@@ -232,6 +232,31 @@ def test_argument_chunks_go_as_they_came_and_take_their_call_index() -> None:
     assert stream.anomalies == []
 
 
+def test_argument_chunks_read_by_their_bytes_go_as_they_came() -> None:
+    """A call's argument chunks are read by their bytes once one has been parsed (a plain
+    piece teaches the call's shape), fed a read each as a paced stream is, or together."""
+
+    def call(number: int, name: str, pieces: list[str]) -> list[bytes]:
+        first = {"index": number, "id": f"call_{number}", "type": "function"}
+        first["function"] = {"name": name, "arguments": ""}
+        out = [chat_chunk({"tool_calls": [first]})]
+        for piece in pieces:
+            args = {"index": number, "function": {"arguments": piece}}
+            out.append(chat_chunk({"tool_calls": [args]}))
+        return out
+
+    events = [ROLE, *call(0, "get_weather", ["{", '"city"', ": ", "Lis", '"', "}"])]
+    events += [*call(1, "get_weather", ["{", "}"]), chat_chunk({}, finish="tool_calls")]
+    events.append(CHAT_DONE)
+    for reads in (events, [b"".join(events)]):
+        stream = fresh()
+        assert drive(stream, reads) == b"".join(events)
+        assert stream._call_shape is not None  # read by their bytes
+        assert stream.tool_next == {0: 2}
+        assert stream.anomalies == []
+        assert stream.finding is None
+
+
 def test_a_splice_keeps_the_first_id_and_sends_no_second_role_chunk() -> None:
     retry = b"".join(chat_events(Turn(calls=(WEATHER,)), head=RETRY_HEAD))
     out, stream = every_split_agrees(lambda: new_stream(TOOLS, HOLD, first_attempt()), retry)

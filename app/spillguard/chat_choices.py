@@ -17,7 +17,6 @@ from .detect import Finding, ToolSet, TurnScanner
 from .repeat import Repeat
 
 REASONING_KEYS = ("reasoning_content", "reasoning")
-_ARGUMENT_KEYS = {"index", "function", "type"}  # of a call's chunk that only adds arguments
 
 
 @dataclass
@@ -155,24 +154,12 @@ class Choices:
             return False, bool(content), True
         return True, bool(content), bool(content) or bool(choice.get("logprobs"))
 
-    def _more_arguments(self, choice: dict[str, Any]) -> bool:
-        """A delta of more arguments alone, for a call of a choice whose guard already knows of
-        a structured call (most of a call's chunks), taken as `_edit_choice` takes it: nothing
-        released, nothing edited, the call noted. False for any other choice, left untouched
-        for the general path."""
-        delta, index = choice.get("delta"), choice.get("index", 0)
-        if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
-            return False
-        calls = delta.get("tool_calls")
-        if type(calls) is not list or len(calls) != 1 or type(calls[0]) is not dict:
-            return False
-        call = calls[0]
-        number, fn = call.get("index"), call.get("function")
-        if type(number) is not int or type(fn) is not dict or len(fn) != 1:
-            return False
-        if type(fn.get("arguments")) is not str or not call.keys() <= _ARGUMENT_KEYS:
-            return False
-        guard = self._guards.get(index) if type(index) is int else None
+    def _more_arguments(self, index: int, number: int) -> bool:
+        """Whether a chunk of more arguments alone (`arguments_delta`) for call `number` of
+        choice `index` is taken as `_edit_choice` takes it once the choice's guard knows of a
+        structured call: nothing released, nothing edited, the call noted. False leaves the
+        chunk untouched for the general path."""
+        guard = self._guards.get(index)
         if guard is None or not guard.called or guard.finding is not None:
             return False
         if self._splice is not None or index in self._finished:

@@ -1,4 +1,4 @@
-"""A chat stream's content deltas read by their bytes, without parsing each one.
+"""A chat stream's content deltas and argument chunks read by their bytes, without parsing.
 
 Most chunks of a stream are a delta of content alone of one choice (`content_delta`), and one
 stream's such chunks differ only in their text: the same id, model and fields around it. Once
@@ -9,7 +9,8 @@ string token sits at the same place and holds exactly those characters. One whos
 escapes (a newline, a quote) is that chunk too when the bytes between the quotes make one
 string token, whose text the token spells (`jsonread.string_body`). A shape is kept only
 once a probe (another text in the same place, parsed) has shown that the place is the delta's
-content, and not some other field that happens to hold the same text.
+content, and not some other field that happens to hold the same text. A call's chunks that
+only add arguments (`arguments_delta`) are read the same way, by a shape around their arguments.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from .sse import Event
 _SPECIAL = bytes(range(0x20)) + b'"\\'  # what a JSON string spells with an escape
 _PROBE = "spillguard probe"
 _KEY = b'"content":"'
+_ARGUMENTS_KEY = b'"arguments":"'
+_ARGUMENT_KEYS = {"index", "function", "type"}  # of a call's chunk that only adds arguments
 
 
 def content_delta(chunk: Any) -> tuple[int, str] | None:
@@ -42,35 +45,70 @@ def content_delta(chunk: Any) -> tuple[int, str] | None:
     return index, text
 
 
+def arguments_delta(chunk: Any) -> tuple[int, int, str] | None:
+    """(choice index, call index, text) of a chunk that only adds arguments to one call of one
+    choice (most of a call's chunks: no id, no name, no finish, no usage); None for any other."""
+    if type(chunk) is not dict or chunk.get("usage") is not None:
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
+        return None
+    choice = choices[0]
+    delta, index = choice.get("delta"), choice.get("index", 0)
+    if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
+        return None
+    calls = delta.get("tool_calls")
+    if type(calls) is not list or len(calls) != 1 or type(calls[0]) is not dict:
+        return None
+    call = calls[0]
+    number, fn = call.get("index"), call.get("function")
+    if type(index) is not int or type(number) is not int or type(fn) is not dict or len(fn) != 1:
+        return None
+    text = fn.get("arguments")
+    if type(text) is not str or not call.keys() <= _ARGUMENT_KEYS:
+        return None
+    return index, number, text
+
+
 class Shape:
-    """The bytes of one stream's content-delta events around their text."""
+    """The bytes of one stream's content-delta events around their text; or, with `call`, of
+    its argument chunks of one call (`arguments_delta`) around their arguments."""
 
-    __slots__ = ("_least", "_prefix", "_suffix", "index")
+    __slots__ = ("_least", "_prefix", "_suffix", "call", "index")
 
-    def __init__(self, index: int, prefix: bytes, suffix: bytes) -> None:
-        self.index = index
+    def __init__(self, index: int, prefix: bytes, suffix: bytes, call: int | None = None) -> None:
+        self.index, self.call = index, call
         self._prefix, self._suffix = prefix, suffix
         self._least = len(prefix) + len(suffix)
 
     @classmethod
-    def learn(cls, event: Event, chunk: Any, index: int, text: str) -> Shape | None:
-        """The shape of `event`, whose parsed data is `chunk`, a delta of `text` alone; None when
-        its bytes do not show it plainly (a text with escapes, a data line cut in two)."""
+    def learn(
+        cls, event: Event, chunk: Any, index: int, text: str, call: int | None = None
+    ) -> Shape | None:
+        """The shape of `event`, whose parsed data is `chunk`, a delta of `text` alone (or of
+        arguments `text` alone for call `call`); None when its bytes do not show it plainly (a
+        text with escapes, a data line cut in two)."""
         raw, data = event.raw, event.data
         if data is None or raw != b"data: " + data.encode("utf-8", "surrogatepass") + b"\n\n":
             return None
         encoded = text.encode("utf-8", "surrogatepass")  # a lone surrogate is never found
         if len(encoded.translate(None, _SPECIAL)) != len(encoded):
             return None
-        at = raw.rfind(_KEY + encoded + b'"')
+        key = _KEY if call is None else _ARGUMENTS_KEY
+        at = raw.rfind(key + encoded + b'"')
         if at < 0:
             return None
-        cut = at + len(_KEY)
-        shape = cls(index, raw[:cut], raw[cut + len(encoded) :])
+        cut = at + len(key)
+        shape = cls(index, raw[:cut], raw[cut + len(encoded) :], call)
         probe = loads_text((shape._prefix + _PROBE.encode() + shape._suffix)[6:-2].decode())
-        if content_delta(probe) != (index, _PROBE):
-            return None
-        probe["choices"][0]["delta"]["content"] = text
+        if call is None:
+            if content_delta(probe) != (index, _PROBE):
+                return None
+            probe["choices"][0]["delta"]["content"] = text
+        else:
+            if arguments_delta(probe) != (index, call, _PROBE):
+                return None
+            probe["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] = text
         return shape if probe == chunk else None
 
     def read(self, raw: bytes) -> str | None:

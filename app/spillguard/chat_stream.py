@@ -15,7 +15,7 @@ from typing import Any
 
 from .chat_choices import Choices, Splice
 from .chat_repair import stream_repair
-from .chat_shape import Shape, content_delta
+from .chat_shape import Shape, arguments_delta, content_delta
 from .detect import Anomaly, Call, ToolSet
 from .jsonread import loads_text
 from .repeat import Repeat
@@ -38,6 +38,7 @@ class ChatStream(Choices):
         self.done: bytes | None = None  # the raw [DONE] event, held until the end
         self.usage: Usage | None = None  # from a chunk's `usage` (stream_options.include_usage)
         self._shape: Shape | None = None  # the bytes of its content deltas around their text
+        self._call_shape: Shape | None = None  # of one call's argument chunks around them
         self._shapes_left = 8  # shapes it may still learn
 
     @property
@@ -89,24 +90,28 @@ class ChatStream(Choices):
         run: list[tuple[Event, dict[str, Any] | None, str]] = []  # content deltas of one choice
         index = 0
         for event in events:
-            shape = self._shape
+            shape, call = self._shape, self._call_shape
             text = shape.read(event.raw) if shape is not None else None
+            more = call.read(event.raw) if text is None and call is not None else None
             if text is not None and shape is not None:
                 delta: tuple[int, str] | None = (shape.index, text)
                 chunk = None
+            elif more is not None:
+                delta = chunk = None
             else:
                 data = event.data
                 chunk = _parsed(data) if data is not None and data[:1] == "{" else None
                 delta = content_delta(chunk)
-                if delta is not None and self._shapes_left and self.head:
-                    self._shapes_left -= 1  # a stream whose chunks all differ stops trying
-                    self._shape = Shape.learn(event, chunk, *delta) or shape
+                if self._shapes_left and self.head:
+                    self._learn(event, chunk, delta)
             if run and (delta is None or delta[0] != index):
                 outs += self._feed_run(run, index)
                 run = []
             if delta is not None:
                 index = delta[0]
                 run.append((event, chunk, delta[1]))
+            elif more is not None and call is not None:
+                outs += self._arguments(event, call)
             elif chunk is not None:
                 outs += self._feed_chunk(event, chunk)
             else:
@@ -114,6 +119,26 @@ class ChatStream(Choices):
         if run:
             outs += self._feed_run(run, index)
         return outs
+
+    def _learn(self, event: Event, chunk: Any, delta: tuple[int, str] | None) -> None:
+        """The shape of a parsed content delta, or of a call's argument chunk."""
+        if delta is not None:
+            self._shapes_left -= 1  # a stream whose chunks all differ stops trying
+            self._shape = Shape.learn(event, chunk, *delta) or self._shape
+            return
+        more = arguments_delta(chunk)
+        if more is not None:
+            self._shapes_left -= 1
+            index, number, text = more
+            self._call_shape = Shape.learn(event, chunk, index, text, number) or self._call_shape
+
+    def _arguments(self, event: Event, shape: Shape) -> list[Out]:
+        """An argument chunk read by its call's shape: published as it came when the choice
+        takes it so (`_more_arguments`), else parsed and fed."""
+        assert shape.call is not None
+        if self._plain(shape.index) and self._more_arguments(shape.index, shape.call):
+            return [Out(event.raw, True)]
+        return self._feed_chunk(event, _parsed(event.data or ""))
 
     def _feed_run(
         self, run: list[tuple[Event, dict[str, Any] | None, str]], index: int
@@ -197,7 +222,8 @@ class ChatStream(Choices):
                     # Most of a stream: a delta of content alone, what `_edit_choice` would
                     # hand to `_edit_content`.
                     return self._delta(event, chunk, *found)
-                if self._more_arguments(choice):
+                more = arguments_delta(chunk)
+                if more is not None and self._more_arguments(more[0], more[1]):
                     return [Out(event.raw, True)]
                 changed, meaningful, keep = self._edit_choice(chunk, choice)
                 if not changed:
