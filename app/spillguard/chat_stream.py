@@ -39,7 +39,7 @@ class ChatStream(Choices):
         self.usage: Usage | None = None  # from a chunk's `usage` (stream_options.include_usage)
         self._shape: Shape | None = None  # the bytes of its content deltas around their text
         self._call_shape: Shape | None = None  # of one call's argument chunks around them
-        self._shapes_left = 8  # shapes it may still learn
+        self._shapes_left = self._call_shapes_left = 8  # shapes it may still learn, of each
 
     @property
     def certain(self) -> bool:
@@ -102,7 +102,7 @@ class ChatStream(Choices):
                 data = event.data
                 chunk = _parsed(data) if data is not None and data[:1] == "{" else None
                 delta = content_delta(chunk)
-                if self._shapes_left and self.head:
+                if self.head:
                     self._learn(event, chunk, delta)
             if run and (delta is None or delta[0] != index):
                 outs += self._feed_run(run, index)
@@ -121,14 +121,16 @@ class ChatStream(Choices):
         return outs
 
     def _learn(self, event: Event, chunk: Any, delta: tuple[int, str] | None) -> None:
-        """The shape of a parsed content delta, or of a call's argument chunk."""
+        """The shape of a parsed content delta, or of a call's argument chunk; a stream whose
+        chunks all differ stops trying."""
         if delta is not None:
-            self._shapes_left -= 1  # a stream whose chunks all differ stops trying
-            self._shape = Shape.learn(event, chunk, *delta) or self._shape
+            if self._shapes_left:
+                self._shapes_left -= 1
+                self._shape = Shape.learn(event, chunk, *delta) or self._shape
             return
-        more = arguments_delta(chunk)
+        more = arguments_delta(chunk) if self._call_shapes_left else None
         if more is not None:
-            self._shapes_left -= 1
+            self._call_shapes_left -= 1
             index, number, text = more
             self._call_shape = Shape.learn(event, chunk, index, text, number) or self._call_shape
 
