@@ -27,18 +27,28 @@ _ARGUMENTS_KEY = b'"arguments":"'
 _ARGUMENT_KEYS = {"index", "function", "type"}  # of a call's chunk that only adds arguments
 
 
-def content_delta(chunk: Any) -> tuple[int, str] | None:
-    """(choice index, text) of a chunk that is a delta of content alone of one choice, with no
-    finish and no usage (most of a stream); None for any other chunk."""
+def _one_field(chunk: Any) -> tuple[Any, dict[str, Any]] | None:
+    """(choice index, delta) of a chunk of one choice whose delta has one field, with no finish
+    and no usage; None for any other chunk."""
     if type(chunk) is not dict or chunk.get("usage") is not None:
         return None
     choices = chunk.get("choices")
     if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
         return None
     choice = choices[0]
-    delta, index = choice.get("delta"), choice.get("index", 0)
+    delta = choice.get("delta")
     if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
         return None
+    return choice.get("index", 0), delta
+
+
+def content_delta(chunk: Any) -> tuple[int, str] | None:
+    """(choice index, text) of a chunk that is a delta of content alone of one choice, with no
+    finish and no usage (most of a stream); None for any other chunk."""
+    one = _one_field(chunk)
+    if one is None:
+        return None
+    index, delta = one
     text = delta.get("content")
     if type(text) is not str or not isinstance(index, int):
         return None
@@ -48,15 +58,10 @@ def content_delta(chunk: Any) -> tuple[int, str] | None:
 def arguments_delta(chunk: Any) -> tuple[int, int, str] | None:
     """(choice index, call index, text) of a chunk that only adds arguments to one call of one
     choice (most of a call's chunks: no id, no name, no finish, no usage); None for any other."""
-    if type(chunk) is not dict or chunk.get("usage") is not None:
+    one = _one_field(chunk)
+    if one is None:
         return None
-    choices = chunk.get("choices")
-    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
-        return None
-    choice = choices[0]
-    delta, index = choice.get("delta"), choice.get("index", 0)
-    if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None:
-        return None
+    index, delta = one
     calls = delta.get("tool_calls")
     if type(calls) is not list or len(calls) != 1 or type(calls[0]) is not dict:
         return None
