@@ -37,8 +37,9 @@ Wires. `wire.py` defines what a wire supplies: the `Wire` record and the `Stream
 wire is sans-IO (SSE events from `sse.py` in, publishable bytes out), with the detection core
 judging the text and `rawjson.py` splicing a retry's messages or a repair's calls into the
 upstream's own bytes: Chat Completions (`chat.py`, its stream editor `chat_stream.py`, which
-reads most content deltas by their bytes through `chat_shape.py` and edits each choice through
-`chat_choices.py`, its structured calls `chat_calls.py`, its repair `chat_repair.py`),
+reads most content deltas and argument chunks by their bytes through `chat_shape.py` and edits
+each choice through `chat_choices.py`, its structured calls `chat_calls.py`, its repair
+`chat_repair.py`),
 Responses (`responses.py`, `responses_stream.py`, `responses_events.py`, `responses_repair.py`,
 and `responses_splice.py` for a retry spliced into a started stream), and Anthropic Messages
 (`messages.py`, `messages_stream.py`, `messages_events.py`, `messages_repair.py`). `repeat.py`
