@@ -149,7 +149,8 @@ class ChatStream(Choices):
         texts = [text for _, _, text in run]
         at = 0
         while at < len(run):
-            if len(run) - at > 1 and self._plain(index):
+            plain = self._plain(index)  # until a finding, or a finish
+            if len(run) - at > 1 and plain:
                 guard = self._guards.get(index) or self._guard(index)
                 taken = guard.content.feed_quiet_run(texts[at:])
                 if taken:
@@ -161,7 +162,7 @@ class ChatStream(Choices):
                     at += taken
                     continue
             event, chunk, text = run[at]
-            if self._plain(index):
+            if plain:
                 outs += self._delta(event, chunk, index, text)
             else:
                 outs += self._feed_chunk(

@@ -104,10 +104,10 @@ class Context:
         }
         self.rules = Rules(s)
         self._loosening = tuple(k.get_secret_value().encode() for k in s.loosening_keys)
-        self._targets = {
-            name: (Target(name, False), Target(name, True) if m.anthropic is not None else None)
-            for name, m in self.mounts.items()
-        }
+        self._targets = {}
+        for name, m in self.mounts.items():
+            (plain, _), *anthropic = m.targets()
+            self._targets[name] = (plain, anthropic[0][0] if anthropic else None)
 
     @property
     def policy(self) -> Policy:

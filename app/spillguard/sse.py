@@ -47,17 +47,14 @@ class SSEDecoder:
             # A read of a fast stream: the rest of the event left pending by the last one, whole
             # events, the start of another. The whole ones are cut at C speed (`_whole_events`);
             # after any blank line nothing is pending, so the two ends go the general way.
-            first = chunk.find(b"\n\n") + 2 if self._buf else 0
-            if first == last + 2:
-                whole: list[Event] | None = []
-            elif first == 0 and last + 2 == len(chunk):
-                whole = _whole_events(chunk)
-            else:
-                whole = _whole_events(chunk[first : last + 2])
-            if whole is not None:
-                head = self._feed(chunk[:first]) if first else []
-                tail = self._feed(chunk[last + 2 :]) if last + 2 < len(chunk) else []
-                return head + whole + tail if head or tail else whole
+            first = chunk.find(b"\n\n") + 2 if self._buf else 0  # after the pending event
+            end = last + 2  # after the last blank line
+            if first < end:
+                whole = _whole_events(chunk[first:end] if first or end < len(chunk) else chunk)
+                if whole is not None:
+                    head = self._feed(chunk[:first]) if first else []
+                    tail = self._feed(chunk[end:]) if end < len(chunk) else []
+                    return head + whole + tail if head or tail else whole
         return self._feed(chunk)
 
     def _feed(self, chunk: bytes) -> list[Event]:
@@ -167,21 +164,16 @@ def _whole_events(chunk: bytes) -> list[Event] | None:
     # Nothing after the last blank line, and no line end but the blank lines' own.
     if pieces.pop() or chunk.count(b"\n") != 2 * len(pieces):
         return None
-    if len(pieces) == 1:
-        piece = pieces[0]
-        if piece[:5] != b"data:":
-            return None
-        value = piece[6 if piece[5:6] == b" " else 5 :]
-        return [Event(chunk, value.decode("utf-8", "replace"))]
     events: list[Event] = []
-    append = events.append
+    one = len(pieces) == 1
     for piece in pieces:
         if piece[:6] == b"data: ":
-            append(Event(piece + b"\n\n", piece[6:].decode("utf-8", "replace")))
+            value = piece[6:]
         elif piece[:5] == b"data:":
-            append(Event(piece + b"\n\n", piece[5:].decode("utf-8", "replace")))
+            value = piece[5:]
         else:
             return None
+        events.append(Event(chunk if one else piece + b"\n\n", value.decode("utf-8", "replace")))
     return events
 
 
