@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spillguard.jsonread import loads, loads_text
+from spillguard.jsonread import loads, loads_text, string_body
 
 SCALARS = st.one_of(
     st.none(),
@@ -129,3 +129,21 @@ def test_text_with_a_lone_surrogate_or_an_error_reads_as_the_standard_library_re
     text: str,
 ) -> None:
     _same_text(text)
+
+
+@settings(max_examples=500)
+@given(st.text(max_size=40), st.booleans())
+def test_a_string_token_s_body_reads_as_its_text(text: str, ascii_only: bool) -> None:
+    body = json.dumps(text, ensure_ascii=ascii_only)[1:-1].encode("utf-8", "surrogatepass")
+    got = string_body(body)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        assert got is None  # a lone surrogate: left to `json`, with the whole chunk
+    else:
+        assert got == text == json.loads(b'"' + body + b'"')
+
+
+@pytest.mark.parametrize(
+    "body", [b'a","b', b"a\\", b'"', b"tab\there", b"\xff", b"\\x41", b"\\ud800"]
+)
+def test_bytes_that_are_not_one_string_token_s_body_read_as_none(body: bytes) -> None:
+    assert string_body(body) is None
