@@ -31,6 +31,29 @@ def test_the_prefilter_never_changes_the_result(text: str) -> None:
     assert Redactor([])(text) == slow(text)
 
 
+KEY_SETS = st.sampled_from(
+    [[], ["plain-secret-key"], ["secret-key", "key-9876", "SECRET"], ["sk-abcdefgh12", "abc"]]
+)
+KEYED_TEXT = st.lists(
+    st.one_of(
+        st.sampled_from(["plain-secret-key", "secret-key-9876", "SECRET", "sk-abcdefgh12", "-key"]),
+        PIECES,
+        st.text(max_size=8),
+    ),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=400)
+@given(KEY_SETS, KEYED_TEXT)
+def test_the_key_prefilter_never_changes_the_result(keys: list[str], text: str) -> None:
+    """Text is searched for the keys' regex only when it holds one of them: the same result
+    as every text through the regex, then through the token regex."""
+    redact = Redactor(keys)
+    keyless = redact.keys.sub(REDACTED, text) if redact.keys is not None else text
+    assert redact(text) == slow(keyless)
+
+
 def test_tokens_in_ascii_and_non_ascii_text_are_redacted() -> None:
     redact = Redactor([])
     assert redact("auth: Bearer abcdef123456") == f"auth: Bearer {REDACTED}"

@@ -26,6 +26,9 @@ class Redactor:
     def __init__(self, keys: list[str]) -> None:
         keys = sorted({k for k in keys if len(k) >= MIN_KEY}, key=len, reverse=True)
         self.keys = re.compile("|".join(re.escape(k) for k in keys)) if keys else None
+        # The keys themselves, to look for first: a substring test per key costs a tenth of one
+        # search of their regex, and most text holds none.
+        self.secrets = tuple(keys)
         # A key that JSON writes otherwise (a quote, a backslash, a control character) cannot
         # be found in JSON text: `finds_nothing` never vouches for that text.
         self.escaped = any(json.dumps(k, ensure_ascii=False)[1:-1] != k for k in keys)
@@ -35,7 +38,7 @@ class Redactor:
         return cls(settings.secrets())  # proxy keys, and every upstream's injected key
 
     def __call__(self, text: str) -> str:
-        if self.keys is not None:
+        if self.keys is not None and any(map(text.__contains__, self.secrets)):
             text = self.keys.sub(REDACTED, text)
         # Every token starts with "bearer", "sk-", "sk_" or "xai-" in some letter case; in ASCII
         # text, case-insensitive matching is `str.lower`, so text without them cannot match
@@ -49,7 +52,7 @@ class Redactor:
         """True when `text` holds nothing to redact, in itself or in any string that JSON text
         spells (the tests hold it to `__call__` and `deep`): a JSON log line that passes is
         written as it is."""
-        if self.keys is not None and (self.escaped or self.keys.search(text)):
+        if self.keys is not None and (self.escaped or any(map(text.__contains__, self.secrets))):
             return False
         # In JSON text a bearer token can hide behind an escape (`bearer\\tTOKEN`), so only the
         # words themselves vouch, and only in ASCII text (see `__call__`).
@@ -75,4 +78,10 @@ def _no_token_words(text: str) -> bool:
     if not text.isascii():
         return False
     low = text.lower()
-    return not ("bearer" in low or "sk-" in low or "sk_" in low or "xai-" in low)
+    # A one-letter test is a memchr, a word's a slower scan: look for each word only where its
+    # rarest letter is.
+    if "k" in low and ("sk-" in low or "sk_" in low):
+        return False
+    if "x" in low and "xai-" in low:
+        return False
+    return "b" not in low or "bearer" not in low
