@@ -251,3 +251,13 @@ def test_schemas_in_all_four_spellings() -> None:
     }
     assert "bare_tool" in tools.names and "bare_tool" not in tools.schemas
     assert NO_TOOLS.schemas == {}
+
+
+def test_the_tables_are_read_only_when_a_text_may_hold_a_call() -> None:
+    from spillguard.detect import may_find
+
+    tools = declared_tools({"tools": [{"type": "function", "function": {"name": "get_weather"}}]})
+    assert not may_find("Sunny and 21 degrees in Lisbon.", tools)
+    assert "names" not in vars(tools)  # a plain answer costs no reading of the tools
+    assert may_find('{"name": "get_weather"}', tools)
+    assert tools.names == {"get_weather"}

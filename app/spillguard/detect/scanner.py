@@ -259,7 +259,7 @@ def may_find(text: str, tools: ToolSet, *, blobs: bool = True) -> bool:
     texts only: a stream's scanner must read every delta, for what it holds back."""
     if markers.has_needle(text):
         return True
-    return blobs and bool(tools.names) and _BLOB_START.match(text) is not None
+    return blobs and _BLOB_START.match(text) is not None and bool(tools.names)
 
 
 def inspect_text(

@@ -4,7 +4,7 @@ defensively."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -12,14 +12,41 @@ from typing import Any
 @dataclass(frozen=True)
 class ToolSet:
     """The function tools a request declared. `declared` is true even when no name is readable
-    (built-in tools, malformed entries): the request still asked for tool calling. `schemas`
-    holds each tool's parameter JSON Schema as the request wrote it; a tool without one takes
-    any object."""
+    (built-in tools, malformed entries): the request still asked for tool calling. `entries`
+    are the request's tool entries as it wrote them; `names`, `params` (each tool's parameter
+    names) and `schemas` (each tool's parameter JSON Schema as the request wrote it; a tool
+    without one takes any object) are read from them when first asked for, which a reply with
+    no marker's needle in it never does."""
 
     declared: bool = False
-    names: frozenset[str] = frozenset()
-    params: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    schemas: Mapping[str, Any] = field(default_factory=dict)
+    entries: tuple[Any, ...] = ()
+
+    @cached_property
+    def _tables(self) -> tuple[dict[str, frozenset[str]], dict[str, Any]]:
+        params: dict[str, frozenset[str]] = {}
+        schemas: dict[str, Any] = {}
+        for entry in self.entries:
+            read = _read(entry)
+            if read is not None:
+                name, schema = read
+                params[name] = _param_names(schema)
+                if schema is not None:
+                    schemas[name] = schema
+                else:
+                    schemas.pop(name, None)  # a later entry of the same name wins, as for params
+        return params, schemas
+
+    @cached_property
+    def names(self) -> frozenset[str]:
+        return frozenset(self._tables[0])
+
+    @property
+    def params(self) -> Mapping[str, frozenset[str]]:
+        return self._tables[0]
+
+    @property
+    def schemas(self) -> Mapping[str, Any]:
+        return self._tables[1]
 
     @cached_property  # read by every blob probe: once per ToolSet
     def all_params(self) -> frozenset[str]:
@@ -73,15 +100,4 @@ def declared_tools(body: Any) -> ToolSet:
             entries.extend(value)
     if not entries:
         return NO_TOOLS
-    params: dict[str, frozenset[str]] = {}
-    schemas: dict[str, Any] = {}
-    for entry in entries:
-        read = _read(entry)
-        if read is not None:
-            name, schema = read
-            params[name] = _param_names(schema)
-            if schema is not None:
-                schemas[name] = schema
-            else:
-                schemas.pop(name, None)  # a later entry of the same name wins, as for params
-    return ToolSet(declared=True, names=frozenset(params), params=params, schemas=schemas)
+    return ToolSet(declared=True, entries=tuple(entries))
