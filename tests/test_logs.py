@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http import HTTPStatus
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spillguard.logs import ConsoleFormatter, JsonFormatter, setup_logging, write
+from spillguard.outcome import Action
 from spillguard.redact import Redactor
 from spillguard.settings import Settings
 
@@ -136,6 +141,28 @@ def test_a_failing_stream_is_handled_as_the_handler_would(
     assert [(r.getMessage(), r.fields) for r in handled] == [("request", {"a": 1})]  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_every_line_is_flushed_as_it_is_written(restored: None, log_format: str) -> None:
+    """No line waits in a buffer for the next: a hard kill loses none."""
+
+    class Flushes(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.flushed: list[str] = []
+
+        def flush(self) -> None:
+            self.flushed.append(self.getvalue())
+
+    _setup(log_format)
+    stream = Flushes()
+    LOGGER.handlers[0].setStream(stream)  # type: ignore[attr-defined]
+    write(LOGGER, logging.INFO, "request", {"a": 1})
+    write(LOGGER, logging.INFO, "request", {"a": 2})
+    lines = stream.getvalue().splitlines(keepends=True)
+    assert len(lines) == 2
+    assert stream.flushed == [lines[0], lines[0] + lines[1]]
+
+
 def test_formatters_line_is_their_format() -> None:
     redact = Redactor(["my-own-proxy-key"])
     record = logging.LogRecord("spillguard", logging.INFO, __file__, 1, "request", None, None)
@@ -146,3 +173,96 @@ def test_formatters_line_is_their_format() -> None:
     assert JsonFormatter(redact).format(record) == JsonFormatter(redact).line(
         "INFO", "request", FIELDS[4], record.created, "spillguard"
     )
+
+
+def reference_line(redact: Redactor, levelname: str, msg: str, fields: dict[str, Any]) -> str:
+    """The console line by its plainest reading: every field but "findings" compared with None,
+    "" and [], in order; each finding on a line of its own."""
+    parts = [f"{levelname.lower():7} {msg}"]
+    findings: Any = []
+    for k, v in fields.items():
+        if k == "findings":
+            findings = v or []
+        elif v is not None and v != "" and v != []:
+            parts.append(f" {k}={v}")
+    text = "".join(parts)
+    for found in findings:
+        text += "\n        leaked " + " ".join(
+            f"{k}={v!r}" if k == "excerpt" else f"{k}={v}" for k, v in found.items()
+        )
+    return redact(text)
+
+
+class Odd:
+    """A value equal to everything: shown or not as its comparisons say."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return "odd"
+
+
+SCALAR = st.one_of(
+    st.none(),
+    st.sampled_from(["", "chat", "sk-abcdefghij12", "Bearer abcdef123456", "my-own-proxy-key"]),
+    st.text(max_size=10),
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.sampled_from([HTTPStatus.OK, Action.PASSED, b"", b"x", 0.0, -0.0, (), (1,), {}, Odd()]),
+)
+VALUE = st.one_of(
+    SCALAR, st.lists(SCALAR, max_size=3), st.dictionaries(st.text(max_size=3), SCALAR)
+)
+FINDING = st.dictionaries(st.sampled_from(["family", "tool_name", "attempt", "excerpt"]), VALUE)
+FINDINGS = st.one_of(
+    st.none(), st.just([]), st.lists(FINDING, max_size=3), st.sampled_from(["", 0, False, "x", 3])
+)
+KEY = st.one_of(
+    st.sampled_from(["request_id", "status", "model", "findings", "error"]), st.text(max_size=4)
+)
+LINE_FIELDS = st.dictionaries(KEY, VALUE, max_size=8).flatmap(
+    lambda d: FINDINGS.map(lambda f: d if "findings" not in d else {**d, "findings": f})
+)
+
+
+def _result(line: Callable[[], str]) -> tuple[str, str]:
+    try:
+        return "line", line()
+    except Exception as exc:  # a findings value no line can be made of fails either way
+        return "error", type(exc).__name__
+
+
+@settings(max_examples=600)
+@given(
+    st.sampled_from(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "Level 25", "NOTE"]),
+    LINE_FIELDS,
+)
+def test_the_console_line_is_its_plainest_reading(levelname: str, fields: dict[str, Any]) -> None:
+    redact = Redactor(["my-own-proxy-key"])
+    formatter = ConsoleFormatter(redact)
+    assert _result(lambda: formatter.line(levelname, "request", fields)) == _result(
+        lambda: reference_line(redact, levelname, "request", fields)
+    )
+
+
+def reference_json_line(redact: Redactor, fields: dict[str, Any]) -> str:
+    """The JSON line by its plainest reading: every string redacted, dumped, and the text
+    redacted."""
+    out = {
+        "ts": 1764600000.123,
+        "level": "info",
+        "logger": "spillguard",
+        "msg": "request",
+        **fields,
+    }
+    return redact(json.dumps(redact.deep(out), ensure_ascii=False, default=str))
+
+
+@settings(max_examples=400)
+@given(st.dictionaries(KEY, VALUE, max_size=8))
+def test_the_json_line_is_its_plainest_reading(fields: dict[str, Any]) -> None:
+    redact = Redactor(["my-own-proxy-key"])
+    line = JsonFormatter(redact).line("INFO", "request", fields, 1764600000.1234, "spillguard")
+    assert line == reference_json_line(redact, fields)

@@ -32,6 +32,9 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, redact: Redactor | None = None) -> None:
         super().__init__()
         self.redact = redact or Redactor([])
+        # `json.dumps(value, ensure_ascii=False, default=str)`, without making its encoder anew
+        # for every line.
+        self.dumps = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", None)
@@ -60,11 +63,14 @@ class JsonFormatter(logging.Formatter):
         out.update(fields)
         if exception:
             out.update(exception)
-        text = json.dumps(out, ensure_ascii=False, default=str)
+        text = self.dumps(out)
         if self.redact.finds_nothing(text):  # most lines: nothing to redact
             return text
-        text = json.dumps(self.redact.deep(out), ensure_ascii=False, default=str)
-        return self.redact(text)
+        return self.redact(self.dumps(self.redact.deep(out)))
+
+
+# The standard levels as a console line starts with them: `f"{levelname.lower():7}"`.
+LEVELS = {name: f"{name.lower():7}" for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -80,15 +86,26 @@ class ConsoleFormatter(logging.Formatter):
 
     def line(self, levelname: str, msg: str, fields: dict[str, Any]) -> str:
         """The line of a record with these attributes (`fields`: its `extra` fields)."""
-        parts = [f"{levelname.lower():7} {msg}"]
-        findings: list[dict[str, Any]] = []
+        findings = fields.get("findings")
+        if findings is not None:  # a leak's: each finding goes on a line of its own
+            fields = {k: v for k, v in fields.items() if k != "findings"}
+        level = LEVELS.get(levelname) or f"{levelname.lower():7}"
+        parts = [f"{level} {msg}"]
+        # Every field but None, "" and []: a str, int, float or bool is known without comparing
+        # (and a float's or bool's repr is its str, written without a format call).
         for k, v in fields.items():
-            if k == "findings":
-                findings = v or []
-            elif v is not None and v != "" and v != []:
+            if v is None:
+                continue
+            cls = type(v)
+            if cls is str:
+                if v:
+                    parts.append(f" {k}={v}")
+            elif cls is float or cls is bool:
+                parts.append(f" {k}={v!r}")
+            elif cls is int or (v != "" and v != []):
                 parts.append(f" {k}={v}")
         text = "".join(parts)
-        for found in findings:
+        for found in findings or ():
             text += "\n        leaked " + " ".join(
                 f"{k}={v!r}" if k == "excerpt" else f"{k}={v}" for k, v in found.items()
             )
@@ -137,8 +154,10 @@ def _emit(
             text = formatter.line(levelname, msg, fields, time.time(), logger.name)
         else:
             text = formatter.line(levelname, msg, fields)
-        handler.stream.write(text + handler.terminator)
-        handler.flush()
+        stream = handler.stream
+        stream.write(text + handler.terminator)
+        if stream and hasattr(stream, "flush"):  # `handler.flush()`, whose lock is held
+            stream.flush()
     except RecursionError:
         raise
     except Exception:
