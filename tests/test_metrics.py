@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from spillguard.metrics import MULTIPROC_ENV, Metrics, ModelLabels, multiprocess_dir
-from spillguard.outcome import Outcome
+from spillguard.outcome import Action, Outcome
 from spillguard.runner import Running, start_background
 from spillguard.scripted import Raw, Turn, chunks, runner_port
 from spillguard.settings import Settings
@@ -298,6 +298,24 @@ def test_a_named_upstream_is_its_own_label_value() -> None:
     errors = "spillguard_upstream_errors_total"
     assert value(s, errors, kind="status_5xx", upstream="grok") == 1
     assert total(s, errors) == 1
+
+
+def test_each_action_is_counted_under_its_name() -> None:
+    """The outcome label is the action's name, whatever the action: one child each."""
+    metrics = Metrics(Settings(incidents_db=""))
+    for action in Action:
+        for _ in range(2):
+            outcome = Outcome("r", "chat", "retry")
+            outcome.act(action)
+            outcome.close()
+            metrics.observe(outcome)
+    text = metrics.exposition().decode()
+    s = parse(text)
+    requests = "spillguard_requests_total"
+    for action in Action:
+        assert value(s, requests, route="chat", mode="retry", outcome=action.value) == 2
+    assert total(s, requests) == 2 * len(Action)
+    assert "Action." not in text
 
 
 def test_model_labels_unit() -> None:

@@ -260,10 +260,33 @@ class Metrics:
 
     def observe(self, outcome: Outcome) -> None:
         up = outcome.upstream
+        # The action is its own label value (a StrEnum is the str it names).
         requests, upstream_latency, added_latency = self._hot(
-            outcome.route, outcome.mode, outcome.action.value, up
+            outcome.route, outcome.mode, outcome.action, up
         )
         requests.inc()
+        if outcome.findings or outcome.anomalies:
+            self._leaked(outcome)
+        if outcome.attempts > 1:
+            self.retries.labels(outcome.route, up).inc(outcome.attempts - 1)
+        for status in outcome.upstream_statuses:
+            if status >= 400:
+                answered = "status_4xx" if status < 500 else "status_5xx"
+                self.upstream_errors.labels(answered, up).inc()
+        if outcome.error:
+            kind = ERROR_KINDS.get(outcome.error)
+            if kind:
+                self.upstream_errors.labels(kind, up).inc()
+            if 400 <= outcome.status < 500:  # refused by its route
+                self.refused(outcome.error)
+        if outcome.upstream_calls:
+            upstream = outcome.upstream_ms / 1000
+            upstream_latency.observe(upstream)
+            added_latency.observe(max(outcome.total_ms / 1000 - upstream, 0.0))
+
+    def _leaked(self, outcome: Outcome) -> None:
+        """The findings and anomalies of a request that has some."""
+        up = outcome.upstream
         for found in outcome.findings:
             model = self.model(outcome.model)
             self.findings.labels(found.family, model, up).inc()
@@ -273,22 +296,6 @@ class Metrics:
                 tokens.labels(found.family, model, "output", up).inc(found.usage.output_tokens)
         for odd in outcome.anomalies:
             self.anomalies.labels(odd.kind, self.model(outcome.model), up).inc()
-        if outcome.attempts > 1:
-            self.retries.labels(outcome.route, up).inc(outcome.attempts - 1)
-        for status in outcome.upstream_statuses:
-            if status >= 400:
-                answered = "status_4xx" if status < 500 else "status_5xx"
-                self.upstream_errors.labels(answered, up).inc()
-        kind = ERROR_KINDS.get(outcome.error or "")
-        if kind:
-            self.upstream_errors.labels(kind, up).inc()
-        if outcome.error and 400 <= outcome.status < 500:  # refused by its route
-            self.refused(outcome.error)
-        if outcome.upstream_calls:
-            upstream = outcome.upstream_ms / 1000
-            added = max(outcome.total_ms / 1000 - upstream, 0.0)
-            upstream_latency.observe(upstream)
-            added_latency.observe(added)
 
     def refused(self, code: str) -> None:
         self.refusals.labels(code.lower()).inc()
