@@ -73,10 +73,14 @@ async def open_upstream(
     body: Any,
     *,
     decode: bool = False,
+    whole: bool = False,
 ) -> Reply:
-    """One upstream exchange for `outcome`: counted, every wait on it timed, its status noted."""
+    """One upstream exchange for `outcome`: counted, every wait on it timed, its status noted.
+    `whole`: as `Upstream.open`'s (the reply read with `read`, nothing else awaited)."""
     outcome.calling()
     headers = attempt_headers(url, headers)  # a span of its own when tracing is on
-    reply = await upstream.open(method, url, headers, body, decode=decode, on_wait=outcome.waited)
+    reply = await upstream.open(
+        method, url, headers, body, decode=decode, on_wait=outcome.waited, whole=whole
+    )
     outcome.upstream_answered(reply.status)
     return reply

@@ -90,9 +90,16 @@ class Decision:
         for attempt in (1, 2):
             ex.outcome.attempt(attempt)
             opening = open_upstream(
-                self.upstream, ex.outcome, ex.method, ex.url, ex.headers, body, decode=True
+                self.upstream,
+                ex.outcome,
+                ex.method,
+                ex.url,
+                ex.headers,
+                body,
+                decode=True,
+                whole=True,
             )
-            async with await opening as reply:
+            async with await opening as reply:  # read whole, awaiting nothing else (`whole`)
                 data = await reply.read(s.max_reply)
                 headers = end_to_end(reply.headers, REFRAMED)
                 status, ctype, identity = reply.status, reply.content_type, reply.identity

@@ -103,12 +103,14 @@ class Reply:
         deadline: float,
         decode: bool,
         on_wait: OnWait = _no_wait,
+        alarm: _Deadline | None = None,
     ) -> None:
         self.status = resp.status
         self.headers: CIMultiDictProxy[str] = resp.headers
         self._resp = resp
         self._deadline = deadline
         self._on_wait = on_wait
+        self._alarm = alarm  # the total deadline of a reply opened `whole`
         encoding = resp.headers.get("content-encoding", "").strip().lower()
         self.decoded = decode and encoding in ("gzip", "deflate", "x-gzip")
         self._zlib = zlib.decompressobj(47 if "gzip" in encoding else 15) if self.decoded else None
@@ -234,7 +236,8 @@ class Reply:
         self._waiting.cancel()
 
     async def read(self, limit: int) -> bytes:
-        """The whole body, under the total deadline (aiohttp's, not one timer per read)."""
+        """The whole body, under the total deadline (aiohttp's, or the one timer of a reply
+        opened `whole`; not one timer per read)."""
         since = time.perf_counter()
         parts, size = [], 0
         try:
@@ -243,6 +246,10 @@ class Reply:
                 if size > limit:
                     raise ReplyTooLarge(f"Upstream reply exceeded {limit} bytes")
                 parts.append(data)
+        except asyncio.CancelledError:
+            if self._alarm is None or not self._alarm.expired():
+                raise
+            raise UpstreamTimeout("Upstream exceeded the total deadline") from None
         finally:
             self._on_wait(time.perf_counter() - since)
         return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -252,6 +259,8 @@ class Reply:
             yield data
 
     def close(self) -> None:
+        if self._alarm is not None:
+            self._alarm.cancel()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -276,22 +285,27 @@ class Upstream:
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.base_path = parts.path
         self._session: aiohttp.ClientSession | None = None
+        s = settings
+        # The total deadline covers the whole exchange, the body's reads included (aiohttp
+        # cancels the timer when the connection is released); never rounded up. A `whole`
+        # exchange (`open`) holds it with a timer of its own instead.
+        self._timeout = aiohttp.ClientTimeout(
+            total=s.total_timeout,
+            sock_connect=s.connect_timeout,
+            sock_read=s.read_timeout,
+            ceil_threshold=math.inf,
+        )
+        self._timeout_whole = aiohttp.ClientTimeout(
+            sock_connect=s.connect_timeout, sock_read=s.read_timeout, ceil_threshold=math.inf
+        )
 
     async def start(self) -> None:
-        s = self.settings
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True),
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
             auto_decompress=False,
-            # The total deadline covers the whole exchange, the body's reads included (aiohttp
-            # cancels the timer when the connection is released); never rounded up.
-            timeout=aiohttp.ClientTimeout(
-                total=s.total_timeout,
-                sock_connect=s.connect_timeout,
-                sock_read=s.read_timeout,
-                ceil_threshold=math.inf,
-            ),
+            timeout=self._timeout,
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
         )
 
@@ -318,25 +332,74 @@ class Upstream:
         *,
         decode: bool = False,
         on_wait: OnWait = _no_wait,
+        whole: bool = False,
     ) -> Reply:
         """Send a request and return once the response headers are in. `on_wait` is told how
-        long that took, and then every wait for the body."""
+        long that took, and then every wait for the body.
+
+        `whole`: the calling task reads the reply with `read` and closes it, awaiting nothing
+        else meanwhile. Its total deadline is then one timer that cancels this task when it
+        comes (`_Deadline`), instead of aiohttp's timer and its checks on every wait; the same
+        errors say so (the headers late: "did not answer"; the body: "the total deadline")."""
         assert self._session is not None, "Upstream.start() was not called"
-        deadline = asyncio.get_running_loop().time() + self.settings.total_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.total_timeout
         if decode:
             headers = _identity(headers)
+        alarm = _Deadline(loop, deadline) if whole else None
+        resp = None
         since = time.perf_counter()
         try:
             resp = await self._session.request(
-                method, url, headers=headers, data=body, allow_redirects=False
+                method,
+                url,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                timeout=self._timeout_whole if whole else self._timeout,
             )
+        except asyncio.CancelledError:
+            if alarm is None or not alarm.expired():
+                raise
+            raise UpstreamTimeout("Upstream did not answer in time") from None
         except TimeoutError as exc:  # aiohttp's own timeouts are TimeoutError too
             raise UpstreamTimeout("Upstream did not answer in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamUnavailable(f"Upstream is unreachable: {type(exc).__name__}") from exc
         finally:
             on_wait(time.perf_counter() - since)
-        return Reply(resp, deadline, decode, on_wait)
+            if resp is None and alarm is not None:  # no reply to close it: not left to ring
+                alarm.cancel()
+        return Reply(resp, deadline, decode, on_wait, alarm)
+
+
+class _Deadline:
+    """The total deadline of a reply opened `whole`: at `when` (loop time) it cancels the task
+    that opened it, and remembers that it did."""
+
+    __slots__ = ("rang", "task", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        task = asyncio.current_task(loop)
+        assert task is not None
+        self.task = task
+        self.rang = False
+        self.timer = loop.call_at(when, self._ring)
+
+    def _ring(self) -> None:
+        self.rang = True
+        self.task.cancel()
+
+    def expired(self) -> bool:
+        """Whether the CancelledError the task has is this deadline's alone: its cancel taken
+        back. False when it did not ring, or something else cancelled the task too."""
+        if not self.rang:
+            return False
+        self.rang = False
+        return self.task.uncancel() == 0
+
+    def cancel(self) -> None:
+        self.timer.cancel()
 
 
 def _identity(headers: Mapping[str, str]) -> CIMultiDict[str]:
