@@ -154,7 +154,7 @@ class Observer:
             "attempts": outcome.attempts,
             "error": outcome.error,
             "upstream_calls": outcome.upstream_calls,
-            "outcome": outcome.action.value,
+            "outcome": outcome.action._value_,  # `.value`, without the enum property's call
             "upstream_status": statuses[-1] if statuses else None,
             "upstream_ms": outcome.upstream_ms,
             "added_ms": round(max(outcome.total_ms - outcome.upstream_ms, 0.0), 2),
