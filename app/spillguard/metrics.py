@@ -134,6 +134,23 @@ class Hot:
         return children
 
 
+class Children:
+    """A labelled counter's children, kept by their label values: prometheus-client's `labels()`
+    validates, converts and locks on every call, and a few label sets serve every request."""
+
+    __slots__ = ("counter", "known")
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self.known: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self.known.get(values)
+        if child is None:
+            child = self.known[values] = self.counter.labels(*values)
+        return child
+
+
 class Metrics:
     """The application's metrics. `observe(outcome)` counts one finished request."""
 
@@ -257,6 +274,13 @@ class Metrics:
             multiprocess_mode="livesum",
         )
         self._hot = Hot(self.requests, self.upstream_latency, self.added_latency)
+        # The event loop's counts (the incident writer's thread counts with `labels()`).
+        self._findings = Children(self.findings)
+        self._leaked_tokens = Children(self.leaked_tokens)
+        self._anomalies = Children(self.anomalies)
+        self._retries = Children(self.retries)
+        self._upstream_errors = Children(self.upstream_errors)
+        self._refusals = Children(self.refusals)
 
     def observe(self, outcome: Outcome) -> None:
         up = outcome.upstream
@@ -268,15 +292,15 @@ class Metrics:
         if outcome.findings or outcome.anomalies:
             self._leaked(outcome)
         if outcome.attempts > 1:
-            self.retries.labels(outcome.route, up).inc(outcome.attempts - 1)
+            self._retries(outcome.route, up).inc(outcome.attempts - 1)
         for status in outcome.upstream_statuses:
             if status >= 400:
                 answered = "status_4xx" if status < 500 else "status_5xx"
-                self.upstream_errors.labels(answered, up).inc()
+                self._upstream_errors(answered, up).inc()
         if outcome.error:
             kind = ERROR_KINDS.get(outcome.error)
             if kind:
-                self.upstream_errors.labels(kind, up).inc()
+                self._upstream_errors(kind, up).inc()
             if 400 <= outcome.status < 500:  # refused by its route
                 self.refused(outcome.error)
         if outcome.upstream_calls:
@@ -289,16 +313,16 @@ class Metrics:
         up = outcome.upstream
         for found in outcome.findings:
             model = self.model(outcome.model)
-            self.findings.labels(found.family, model, up).inc()
+            self._findings(found.family, model, up).inc()
             if found.usage is not None and found.repaired is None:  # a repair reached the client
-                tokens = self.leaked_tokens
-                tokens.labels(found.family, model, "input", up).inc(found.usage.input_tokens)
-                tokens.labels(found.family, model, "output", up).inc(found.usage.output_tokens)
+                tokens = self._leaked_tokens
+                tokens(found.family, model, "input", up).inc(found.usage.input_tokens)
+                tokens(found.family, model, "output", up).inc(found.usage.output_tokens)
         for odd in outcome.anomalies:
-            self.anomalies.labels(odd.kind, self.model(outcome.model), up).inc()
+            self._anomalies(odd.kind, self.model(outcome.model), up).inc()
 
     def refused(self, code: str) -> None:
-        self.refusals.labels(code.lower()).inc()
+        self._refusals(code.lower()).inc()
 
     # ---- the incident writer's (`incidents.Counts`), from its thread ---------------------
 
