@@ -12,6 +12,9 @@ import asyncio
 import gzip
 import json
 import zlib
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import unquote
 
 import httpx
@@ -657,6 +660,15 @@ async def test_a_wait_that_times_out_loses_nothing_and_the_next_wait_reads_on() 
         server.close()
 
 
+async def _ends_cancelled(work: Coroutine[Any, Any, object], after: float) -> None:
+    """`work`, run as a task and cancelled from outside `after` seconds on, ends cancelled."""
+    task = asyncio.create_task(work)
+    await asyncio.sleep(after)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_a_cancel_from_outside_during_a_wait_is_a_cancel() -> None:
     server, url = await _paced_server(5)
     upstream = Upstream(Settings(upstream=url))
@@ -665,14 +677,7 @@ async def test_a_cancel_from_outside_during_a_wait_is_a_cancel() -> None:
         reply = await upstream.open("GET", upstream.url("x", ""), {}, None)
         assert await reply.wait_chunk(1) == b"first."
 
-        async def waiting() -> bytes | None:
-            return await reply.wait_chunk(0.05)
-
-        task = asyncio.create_task(waiting())
-        await asyncio.sleep(0.02)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _ends_cancelled(reply.wait_chunk(0.05), after=0.02)
         reply.close()
     finally:
         await upstream.close()
@@ -706,54 +711,45 @@ async def test_a_whole_exchange_whose_headers_miss_the_deadline_is_a_timeout() -
         server.close()
 
 
-async def test_a_whole_exchange_whose_body_misses_the_deadline_is_a_timeout() -> None:
-    server, url = await _paced_server(5)
-    upstream = Upstream(Settings(upstream=url, total_timeout=0.3))
+@asynccontextmanager
+async def _paced_upstream(pace: float, total_timeout: float) -> AsyncIterator[Upstream]:
+    """An upstream in front of `_paced_server(pace)`, under this total deadline."""
+    server, url = await _paced_server(pace)
+    upstream = Upstream(Settings(upstream=url, total_timeout=total_timeout))
     await upstream.start()
     try:
+        yield upstream
+    finally:
+        await upstream.close()
+        server.close()
+
+
+async def test_a_whole_exchange_whose_body_misses_the_deadline_is_a_timeout() -> None:
+    async with _paced_upstream(5, 0.3) as upstream:
         async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
             with pytest.raises(UpstreamTimeout, match="exceeded the total deadline"):
                 await r.read(1000)
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
-    finally:
-        await upstream.close()
-        server.close()
 
 
 async def test_a_whole_exchange_read_in_time_leaves_no_deadline_behind() -> None:
-    server, url = await _paced_server(0.05)
-    upstream = Upstream(Settings(upstream=url, total_timeout=0.3))
-    await upstream.start()
-    try:
+    async with _paced_upstream(0.05, 0.3) as upstream:
         async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
             assert await r.read(1000) == b"first.second"
         await asyncio.sleep(0.5)  # past the deadline: this task is not cancelled
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
-    finally:
-        await upstream.close()
-        server.close()
 
 
 async def test_a_cancel_from_outside_during_a_whole_read_is_a_cancel() -> None:
-    server, url = await _paced_server(5)
-    upstream = Upstream(Settings(upstream=url, total_timeout=0.3))
-    await upstream.start()
-    try:
+    async with _paced_upstream(5, 0.3) as upstream:
 
         async def reading() -> bytes:
             async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
                 return await r.read(1000)
 
-        task = asyncio.create_task(reading())
-        await asyncio.sleep(0.1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    finally:
-        await upstream.close()
-        server.close()
+        await _ends_cancelled(reading(), after=0.1)
 
 
 async def test_a_deadline_that_rings_with_an_outside_cancel_is_a_cancel() -> None:
