@@ -258,6 +258,6 @@ def test_the_tables_are_read_only_when_a_text_may_hold_a_call() -> None:
 
     tools = declared_tools({"tools": [{"type": "function", "function": {"name": "get_weather"}}]})
     assert not may_find("Sunny and 21 degrees in Lisbon.", tools)
-    assert "names" not in vars(tools)  # a plain answer costs no reading of the tools
+    assert not {"_tables", "names"} & vars(tools).keys()  # a plain answer reads no tool
     assert may_find('{"name": "get_weather"}', tools)
     assert tools.names == {"get_weather"}
