@@ -903,7 +903,10 @@ def _bound(data: dict, images: list[str], prefix: str) -> list[str]:
         "64 connections, whether or not earlier ones have finished; each latency is counted "
         "from the moment the request was issued, so waiting for a free connection counts. A probe "
         "at 20 req/s first, then a bisection (in log space) up to the row's closed-loop peak at "
-        "50 clients. The figure is the highest rate whose p99 stayed under 5 ms with no errors. "
+        "50 clients, the rows' searches advancing together (one point per row a step). Each "
+        "point lasts at least 3 s and 400 requests (20 s at 20 req/s), so that no p99 is one "
+        "stray request. The figure is the highest rate whose p99 stayed under 5 ms with no "
+        "errors. "
         "*Load generator lag*: the most the generator's own timer woke late (not counted in the "
         "latency; when it is large, the offered rate was not steady)."
     )

@@ -49,6 +49,8 @@ ALL_SECTIONS = DEFAULT_SECTIONS + ",workers,detect"
 SUSTAIN_LEVELS = [50, 250, 375, 500, 750, 1000, 1500, 2000, 2500, 3000]  # streams at once, in turn
 STALL_MS = 100  # a gap between deltas longer than this at the client is a stall
 BOUND_P99_MS = 5.0  # the latency bound of the `bound` section
+BOUND_PROBE = 20.0  # req/s: the bound section's first point for every row
+BOUND_SAMPLES = 400  # latencies a bound point measures at least: no p99 is one stray request
 PROXY_CPU, LOAD_CPU, ALL_CPUS = "0", "1", "0,1"
 
 WRK_LUA = """
@@ -667,8 +669,11 @@ def sustained(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
 
 def _bound_point(row: Row, rate: float, plan: Plan) -> dict:
     url = f"http://127.0.0.1:{row.port}/v1"
+    # Long enough for BOUND_SAMPLES latencies: the p99 of 60 (3 s at 20 req/s) is the worst
+    # but one, and a single slow request would decide the whole search.
+    seconds = max(plan.bound_seconds, math.ceil(BOUND_SAMPLES / rate))
     args = ["rate", "--url", url, "--rate", f"{rate:.0f}", "-c", "64"]
-    args += ["-d", str(plan.bound_seconds), "--warmup", "1"]
+    args += ["-d", str(seconds), "--warmup", "1"]
     result = measured(loadgen, args)
     p99 = result.get("latency_ms_p99")
     result["within"] = bool(
@@ -677,32 +682,57 @@ def _bound_point(row: Row, rate: float, plan: Plan) -> dict:
     return result
 
 
+@dataclass
+class _Search:
+    """One row's search for its bound: the probe, then a bisection in log space."""
+
+    row: Row
+    proc: Proc | None
+    lo: float
+    hi: float
+    points: list[dict] = field(default_factory=list)
+
+    def next_rate(self) -> float | None:
+        if not self.points:
+            return BOUND_PROBE
+        if not self.points[0]["within"]:
+            return None  # not even the probe's rate: no bisection
+        return math.sqrt(self.lo * self.hi)
+
+    def measured(self, rate: float, point: dict) -> None:
+        self.points.append(point)
+        self.lo, self.hi = (rate, self.hi) if point["within"] else (self.lo, rate)
+
+
 def bound(live_rows: Live, plan: Plan, out: Path, ceilings: dict[str, float]) -> list[dict]:
     """The highest request rate (open loop, non-streamed) at which each row's p99 stays under
-    BOUND_P99_MS: a probe at 20 req/s, then a bisection (in log space) up to 1.1 times the
-    row's closed-loop peak at 50 clients (10,000 req/s when this run did not measure it)."""
+    BOUND_P99_MS: a probe at BOUND_PROBE req/s, then a bisection (in log space) up to 1.1 times
+    the row's closed-loop peak at 50 clients (10,000 req/s when this run did not measure it).
+    The searches advance together, one point per row a step in rotating order, so a slow
+    minute of the machine falls on every row alike."""
     live, failed = live_rows.get(rows_for(plan, "floor", "retry", "base", "litellm"))
+    searches = [
+        _Search(row, proc, 0.0, (ceilings.get(row.key) or 10_000.0) * 1.1) for row, proc in live
+    ]
+    for step in range(plan.bound_steps + 1):
+        for search in searches[step % len(searches) :] + searches[: step % len(searches)]:
+            rate = search.next_rate()
+            if rate is None:
+                continue
+            search.measured(rate, _bound_point(search.row, rate, plan))
+            if search.proc:
+                search.proc.settle()
     results = []
-    for row, proc in live:
-        top = ceilings.get(row.key) or 10_000.0
-        lo, hi = 0.0, top * 1.1
-        points = []
-        probe = 20.0
-        first = _bound_point(row, probe, plan)
-        points.append(first)
-        if proc:
-            proc.settle()
-        if first["within"]:
-            lo = probe
-            for _ in range(plan.bound_steps):
-                rate = math.sqrt(lo * hi)  # bisect in log space: the bound may be anywhere
-                point = _bound_point(row, rate, plan)
-                points.append(point)
-                if proc:
-                    proc.settle()
-                lo, hi = (rate, hi) if point["within"] else (lo, rate)
-        log(f"  {row.label}: p99 under {BOUND_P99_MS} ms up to {lo:.0f} req/s")
-        results.append({"row": row.key, "label": row.label, "rate": round(lo), "points": points})
+    for search in searches:
+        log(f"  {search.row.label}: p99 under {BOUND_P99_MS} ms up to {search.lo:.0f} req/s")
+        results.append(
+            {
+                "row": search.row.key,
+                "label": search.row.label,
+                "rate": round(search.lo),
+                "points": search.points,
+            }
+        )
     return results + failed
 
 
