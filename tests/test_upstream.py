@@ -12,9 +12,6 @@ import asyncio
 import gzip
 import json
 import zlib
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
-from typing import Any
 from urllib.parse import unquote
 
 import httpx
@@ -24,10 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
-from spillguard.errors import ClientError, UpstreamTimeout
+from spillguard.errors import ClientError
 from spillguard.scripted import Turn, chunks, completion
 from spillguard.settings import Settings
-from spillguard.upstream import HOP_BY_HOP, Upstream, _Deadline, end_to_end, target_path
+from spillguard.upstream import HOP_BY_HOP, Upstream, end_to_end, target_path
 from tests.conftest import chat_body
 from tests.faults import (
     HANG,
@@ -612,168 +609,3 @@ async def test_connect_and_asterisk_form_are_refused_cleanly() -> None:
             response = await asyncio.wait_for(raw_http(sg.port, data.encode()), HANG)
             assert response == b"" or status_of(response) < 500
         assert evil.conns == [] and up.requests == []
-
-
-# ---- Reply.wait_chunk: a bounded wait with no task or timer a call ----------------------------
-
-
-async def _paced_server(gap: float) -> tuple[asyncio.AbstractServer, str]:
-    """A raw HTTP/1.1 upstream: the headers and `first`, then `second` after `gap` seconds."""
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 12\r\n\r\n")
-        writer.write(b"first.")
-        await writer.drain()
-        await asyncio.sleep(gap)
-        writer.write(b"second")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    return server, f"http://127.0.0.1:{port}/v1"
-
-
-async def test_a_wait_that_times_out_loses_nothing_and_the_next_wait_reads_on() -> None:
-    server, url = await _paced_server(0.3)
-    upstream = Upstream(Settings(upstream=url))
-    await upstream.start()
-    try:
-        reply = await upstream.open("GET", upstream.url("x", ""), {}, None)
-        got, nones = [], 0
-        while True:
-            piece = await reply.wait_chunk(0.05)
-            if piece is None:
-                nones += 1
-                continue
-            if not piece:
-                break
-            got.append(piece)
-        reply.close()
-        assert b"".join(got) == b"first.second"
-        assert nones >= 1
-        task = asyncio.current_task()
-        assert task is not None and task.cancelling() == 0
-    finally:
-        await upstream.close()
-        server.close()
-
-
-async def _ends_cancelled(work: Coroutine[Any, Any, object], after: float) -> None:
-    """`work`, run as a task and cancelled from outside `after` seconds on, ends cancelled."""
-    task = asyncio.create_task(work)
-    await asyncio.sleep(after)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
-async def test_a_cancel_from_outside_during_a_wait_is_a_cancel() -> None:
-    server, url = await _paced_server(5)
-    upstream = Upstream(Settings(upstream=url))
-    await upstream.start()
-    try:
-        reply = await upstream.open("GET", upstream.url("x", ""), {}, None)
-        assert await reply.wait_chunk(1) == b"first."
-
-        await _ends_cancelled(reply.wait_chunk(0.05), after=0.02)
-        reply.close()
-    finally:
-        await upstream.close()
-        server.close()
-
-
-async def _silent_server() -> tuple[asyncio.Server, str]:
-    """Reads a request and never answers it."""
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        await asyncio.sleep(30)
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    return server, f"http://127.0.0.1:{port}/v1"
-
-
-async def test_a_whole_exchange_whose_headers_miss_the_deadline_is_a_timeout() -> None:
-    server, url = await _silent_server()
-    upstream = Upstream(Settings(upstream=url, total_timeout=0.2))
-    await upstream.start()
-    try:
-        with pytest.raises(UpstreamTimeout, match="did not answer in time"):
-            await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True)
-        task = asyncio.current_task()
-        assert task is not None and task.cancelling() == 0
-        await asyncio.sleep(0.3)  # nothing left to ring
-    finally:
-        await upstream.close()
-        server.close()
-
-
-@asynccontextmanager
-async def _paced_upstream(pace: float, total_timeout: float) -> AsyncIterator[Upstream]:
-    """An upstream in front of `_paced_server(pace)`, under this total deadline."""
-    server, url = await _paced_server(pace)
-    upstream = Upstream(Settings(upstream=url, total_timeout=total_timeout))
-    await upstream.start()
-    try:
-        yield upstream
-    finally:
-        await upstream.close()
-        server.close()
-
-
-async def test_a_whole_exchange_whose_body_misses_the_deadline_is_a_timeout() -> None:
-    async with _paced_upstream(5, 0.3) as upstream:
-        async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
-            with pytest.raises(UpstreamTimeout, match="exceeded the total deadline"):
-                await r.read(1000)
-        task = asyncio.current_task()
-        assert task is not None and task.cancelling() == 0
-
-
-async def test_a_whole_exchange_read_in_time_leaves_no_deadline_behind() -> None:
-    async with _paced_upstream(0.05, 0.3) as upstream:
-        async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
-            assert await r.read(1000) == b"first.second"
-        await asyncio.sleep(0.5)  # past the deadline: this task is not cancelled
-        task = asyncio.current_task()
-        assert task is not None and task.cancelling() == 0
-
-
-async def test_a_cancel_from_outside_during_a_whole_read_is_a_cancel() -> None:
-    async with _paced_upstream(5, 0.3) as upstream:
-
-        async def reading() -> bytes:
-            async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
-                return await r.read(1000)
-
-        await _ends_cancelled(reading(), after=0.1)
-
-
-async def test_a_deadline_that_rings_with_an_outside_cancel_is_a_cancel() -> None:
-    """Both cancel the task before it runs again: `expired` takes its own cancel back but says
-    no, so the task's CancelledError goes on as the outside one."""
-    seen: list[bool] = []
-    made: list[_Deadline] = []
-
-    async def waiting() -> None:
-        loop = asyncio.get_running_loop()
-        deadline = _Deadline(loop, loop.time() + 30)
-        made.append(deadline)
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append(deadline.expired())
-            raise
-        finally:
-            deadline.cancel()
-
-    task = asyncio.create_task(waiting())
-    await asyncio.sleep(0)
-    task.cancel()
-    made[0]._ring()  # as its timer would, in the same turn of the loop
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert seen == [False]

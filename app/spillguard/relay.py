@@ -20,10 +20,10 @@ from .chains import Chains
 from .errors import ReplyTooLarge
 from .exchange import Exchange, Head, action_headers
 from .outcome import Action
+from .reply import Reply
 from .settings import Mode, Settings
 from .sse import Event, SSEDecoder
 from .start import ResponseStart, Send
-from .upstream import Reply
 from .wire import Stream, Wire
 
 DRAIN_SECONDS = 1.0  # at most this long reading on after a marker, for the name and family
@@ -196,16 +196,15 @@ class Relay:
     async def _drain(self, reply: Reply, decoder: SSEDecoder, stream: Stream, limit: int) -> None:
         """Read a little more of a leaking reply so its family and tool name settle: bounded
         in size and in time (the retry, or the 502, should not wait for a whole generation)."""
-        read = 0
-        try:
-            async with asyncio.timeout(DRAIN_SECONDS):
-                while read < limit and not stream.ended:
-                    chunk = await reply.chunk()
-                    read += len(chunk)
-                    for event in decoder.feed(chunk) if chunk else decoder.flush():
-                        stream.feed(event)
-                    if not chunk:
-                        break
-        except TimeoutError:
-            pass
+        loop = asyncio.get_running_loop()
+        until, read = loop.time() + DRAIN_SECONDS, 0
+        while read < limit and not stream.ended and (left := until - loop.time()) > 0:
+            chunk = await reply.wait_chunk(left)
+            if chunk is None:  # the time is up
+                break
+            read += len(chunk)
+            for event in decoder.feed(chunk) if chunk else decoder.flush():
+                stream.feed(event)
+            if not chunk:
+                break
         stream.settle()
