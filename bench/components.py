@@ -9,7 +9,8 @@ timed over many calls on the bench's own request and replies, best of 5 batches:
   against the same route on bare Starlette (ASGI called directly, no sockets);
 * the streamed path per SSE event: decoding, `json.loads` alone, and spillguard's chat stream
   editor (decode + parse + scan + re-emit) over the bench's 376-event stream, each event alone
-  and as the relay feeds it (each 8 KB read's events together, in turns).
+  and as the relay feeds it (each 8 KB read's events together, in turns); the Messages and
+  Responses editors over the same prose and call, as the relay feeds them.
 
 Prints a table, and JSON with `--json`.
 """
@@ -254,7 +255,53 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
         best_us(edit_reads, m) / per,
         f"what the relay does: 8 KB reads, {TURN}-event turns",
     )
+    for wire, wire_events in other_wire_streams():
+        add(
+            "stream, per event",
+            f"decode + {wire} feed_all",
+            relay_us(wire, wire_events, tools, hold, m),
+            f"{len(wire_events)} events, as ChatStream.feed_all is fed",
+        )
     return rows
+
+
+def other_wire_streams() -> list[tuple[str, list[bytes]]]:
+    """The bench's prose (4-character text deltas) and its tool call as an Anthropic Messages
+    stream and as a Responses stream, written by the scripted upstreams."""
+    from spillguard import scripted, scripted_anthropic
+
+    from .upstream import PROSE, TOOL_ARGS
+
+    arguments = json.loads(TOOL_ARGS)
+    call = scripted_anthropic.tool_use("get_marine_forecast", arguments, "toolu_bench_1")
+    message = scripted_anthropic.Message([scripted_anthropic.text(PROSE), call])
+    turn = scripted.Turn(PROSE, [scripted.call("get_marine_forecast", arguments, "call_bench_1")])
+    return [
+        ("Messages", scripted_anthropic.message_events(message, "bench")),
+        ("Responses", scripted.response_events(turn, "bench")),
+    ]
+
+
+def relay_us(wire: str, events: list[bytes], tools: Any, hold: int, m: int) -> float:
+    """Microseconds an event for a wire's editor fed as the relay feeds it (each 8 KB read's
+    events together, in turns of `TURN`), decoding included."""
+    from spillguard import messages, responses
+    from spillguard.relay import TURN
+    from spillguard.sse import SSEDecoder
+
+    new_stream = messages.WIRE.new_stream if wire == "Messages" else responses.WIRE.new_stream
+    raw = b"".join(events)
+    reads = [raw[i : i + 8192] for i in range(0, len(raw), 8192)]
+
+    def run() -> None:
+        stream, decoder = new_stream(tools, hold, None), SSEDecoder()
+        for piece in reads:
+            got = decoder.feed(piece)
+            for i in range(0, len(got), TURN):
+                stream.feed_all(got[i : i + TURN])
+        stream.finish()
+
+    return best_us(run, m) / len(events)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,10 +22,18 @@ from typing import Any
 
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, call_anomalies
 from .jsonread import loads_text
-from .messages_events import DELTA_KEYS, MESSAGE_END, Block, ClientBlocks, Pending, is_call
+from .messages_events import (
+    DELTA_KEYS,
+    MESSAGE_END,
+    Block,
+    ClientBlocks,
+    Pending,
+    is_call,
+    meaningful,
+    new_event,
+)
 from .messages_repair import Tail
 from .sse import Event, Out
-from .wire import feed_each
 
 __all__ = ["MessagesStream", "is_call", "new_stream"]
 
@@ -48,6 +56,10 @@ class MessagesStream:
         self.sent: ClientBlocks = previous.sent if previous else ClientBlocks()
         self._closing = self.sent.close_all() if previous is not None else []
         self._tail = Tail()  # after a finding: what the upstream sent, for a repair
+        # Read once an event, so kept as the blocks' scanners change (`_fed`): some text block
+        # has a finding; some thinking block has shown markup.
+        self._text_found = False
+        self._thinking_marker = False
 
     # ---- what the decision reads ----------------------------------------------------------
 
@@ -110,6 +122,8 @@ class MessagesStream:
         return self.sent.close_all() + tail
 
     def _leak(self) -> Block | None:
+        if not self._text_found:
+            return None
         blocks = self._blocks.values()
         return next((b for b in blocks if b.kind == "text" and b.turn and b.turn.finding), None)
 
@@ -122,21 +136,65 @@ class MessagesStream:
         for block in self._blocks.values():
             if block.kind == "text" and block.turn is not None and block.turn.content.marker_seen:
                 block.finish()
+                self._fed(block)
 
     def finish(self) -> list[Out]:
         """The upstream's stream ended: settle what was held (nothing, after message_stop)."""
         return self._send_all(self._end())
 
     def feed_all(self, events: list[Event]) -> list[Out]:
-        return feed_each(self, events)
+        """`feed` each event in turn; a text delta of a text block already shown goes the
+        short way (`_text_delta`), with the same bytes out."""
+        outs: list[Out] = []
+        for event in events:
+            if event.data is None:
+                outs += self.feed(event)
+                continue
+            data = _parsed(event.data)
+            if type(data) is dict and data.get("type") == "content_block_delta":
+                out = self._text_delta(event, data)
+                if out is not None:
+                    outs += out
+                    continue
+            outs += self._feed(event, data)
+        return outs
 
     def feed(self, event: Event) -> list[Out]:
         if event.data is None:
             return [] if self.certain else [Out(event.raw, False)]
-        try:
-            data = loads_text(event.data)
-        except (ValueError, RecursionError):
-            data = None
+        return self._feed(event, _parsed(event.data))
+
+    def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
+        """What `feed` makes of a `text_delta` of a text block that has shown text, while
+        nothing is parked or found and the message has not ended; None for any other event,
+        which is left unread. (A splice's `_closing` went out before any block started.)"""
+        index, delta = data.get("index"), data.get("delta")
+        block = self._blocks.get(index) if type(index) is int else None
+        if (
+            block is None
+            or block.kind != "text"
+            or not block.shown
+            or block.done
+            or block.client != index
+            or self._text_found
+            or self._over
+            or self._parking()
+            or type(delta) is not dict
+            or delta.get("type") != "text_delta"
+        ):
+            return None
+        text = delta.get("text")
+        if type(text) is not str:
+            return None
+        out = block.feed(text)
+        self._fed(block)
+        if out == text:
+            # `meaningful` of a delta of its type and text alone: whether the text is empty
+            return [Out(event.raw, bool(text) if len(delta) == 2 else meaningful(data))]
+        return [new_event({**data, "delta": {**delta, "text": out}})] if out else []
+
+    def _feed(self, event: Event, data: Any) -> list[Out]:
+        """`feed`, once the event's data has been parsed (None when it is not JSON)."""
         kind = data.get("type") if isinstance(data, dict) else None
         if not isinstance(kind, str) or self.certain:
             if self.certain and isinstance(data, dict):
@@ -216,6 +274,7 @@ class MessagesStream:
         if not isinstance(text, str):
             return self._show(block, same)
         out = block.feed(text)
+        self._fed(block)
         if out == text:
             return self._show(block, same)
         edited: Pending = ({**data, "delta": {**delta, key: out}}, None)
@@ -227,6 +286,7 @@ class MessagesStream:
             return []
         block.done = True
         rest = block.finish()
+        self._fed(block)
         return self._show(block, [block.delta(rest)] if rest else [])
 
     def _show(self, block: Block, pending: list[Pending], force: bool = False) -> list[Pending]:
@@ -251,10 +311,19 @@ class MessagesStream:
         return out
 
     def _parking(self) -> bool:
-        return not self._called and any(
-            b.kind == "thinking" and b.turn is not None and b.turn.reasoning.marker_seen
-            for b in self._blocks.values()
-        )
+        """Markup has shown in thinking, and no call block has come."""
+        return self._thinking_marker and not self._called
+
+    def _fed(self, block: Block) -> None:
+        """The block's scanner has read text or finished: note a finding or markup it shows
+        (neither is ever undone)."""
+        turn = block.turn
+        if turn is None:
+            return
+        if block.kind == "text" and turn.content.finding is not None:
+            self._text_found = True
+        elif block.kind == "thinking" and turn.reasoning.marker_seen:
+            self._thinking_marker = True
 
     def _release(self) -> list[Pending]:
         """A call block arrived: held thinking (markup included) goes out, then what was
@@ -282,6 +351,7 @@ class MessagesStream:
             text = delta.get("text")
             if isinstance(text, str) and block is not None:
                 block.feed(text)
+                self._fed(block)
         elif (kind == "content_block_stop" and leaking) or kind in MESSAGE_END:
             self.settle()
         self._tail.see(kind, data, event)
@@ -295,6 +365,13 @@ class MessagesStream:
     def _block_of(self, data: dict[str, Any]) -> Block | None:
         index = data.get("index")
         return self._blocks.get(index) if isinstance(index, int) else None
+
+
+def _parsed(data: str) -> Any:
+    try:
+        return loads_text(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> MessagesStream:

@@ -14,6 +14,8 @@ from .sse import Event, Out, encode_event
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
 # An event on its way out: (data, the upstream's event when unchanged, synthesized here).
 Pending = tuple[dict[str, Any], Event | None, bool]
+# The events `Sent` keeps something of: the items opened and closed, the response's identity.
+_NOTED = ("response.output_item.added", "response.output_item.done", "response.created")
 Key = tuple[int, int]  # (output_index, content_index or summary_index)
 # A splice's placing of an event (its own copy) under the response's identity.
 Place = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
@@ -106,14 +108,8 @@ class Sent:
         been inserted, else re-serialized with the next number (and, in a splice, `place`d
         after the first attempt's items under the first response's identity)."""
         kind = data.get("type")
-        oi = index_of(data, "output_index")
-        if kind == "response.output_item.added" and isinstance(data.get("item"), dict):
-            self.opened[oi] = data["item"]
-        elif kind == "response.output_item.done" and isinstance(data.get("item"), dict):
-            self.closed[oi] = data["item"]
-        elif kind == "response.created" and isinstance(data.get("response"), dict):
-            response = data["response"]
-            self.identity = {"id": response.get("id"), "created_at": response.get("created_at")}
+        if kind in _NOTED:  # not a delta: most events are
+            self._note(kind, data)
         self.renumber |= synthesized
         seq = data.get("sequence_number")
         if event is not None and not self.renumber and isinstance(seq, int) and seq > self.seq:
@@ -127,6 +123,16 @@ class Sent:
         if place is not None:
             data = place(data, self.identity)
         return Out(encode_event(str(kind), dumps(data)), meaningful(data))
+
+    def _note(self, kind: Any, data: dict[str, Any]) -> None:
+        oi = index_of(data, "output_index")
+        if kind == "response.output_item.added" and isinstance(data.get("item"), dict):
+            self.opened[oi] = data["item"]
+        elif kind == "response.output_item.done" and isinstance(data.get("item"), dict):
+            self.closed[oi] = data["item"]
+        elif kind == "response.created" and isinstance(data.get("response"), dict):
+            response = data["response"]
+            self.identity = {"id": response.get("id"), "created_at": response.get("created_at")}
 
 
 def meaningful(data: dict[str, Any]) -> bool:

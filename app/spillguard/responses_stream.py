@@ -26,7 +26,7 @@ from .responses_repair import Tail, Unshown
 from .responses_splice import Splice, close_open_items
 from .sse import Event, Out
 from .usage import Usage, usage_of
-from .wire import Stream, feed_each
+from .wire import Stream
 
 
 class ResponsesStream:
@@ -45,6 +45,10 @@ class ResponsesStream:
         self._closing: list[Out] = []  # what closes the first attempt's items, in a splice
         self._tail: Tail | None = None  # after a content finding: what came, for a repair
         self._unshown = Unshown(hold_limit)  # a first attempt's message, until it shows text
+        # Read once an event, so kept as the scanners change (`_note`): some part or summary has
+        # had a finding; some summary has shown markup.
+        self._found = False
+        self._reasoning_seen = False
         if previous is not None:
             was = previous.sent
             pending, carried, closed = close_open_items(
@@ -58,6 +62,8 @@ class ResponsesStream:
     def finding(self) -> Finding | None:
         """The turn rule, over every part: the first content finding wins; reasoning counts only
         once its part has ended and the response made no structured call."""
+        if not self._found:
+            return None
         leak = self._leak()
         if leak is not None:
             return leak.finding
@@ -124,22 +130,54 @@ class ResponsesStream:
         finding). Idempotent: `finding` is derived from the parts, content first."""
         for part in self.parts.values():
             if part.scanner.marker_seen:
-                part.finish()
+                self._finish_text(part)
 
     def finish(self) -> list[Out]:
         """The upstream ended without a terminal event: settle what was held."""
         return self._send_all(self._flush_all(), final=True)
 
     def feed_all(self, events: list[Event]) -> list[Out]:
-        return feed_each(self, events)
+        """`feed` each event in turn; a text delta while nothing is found, parked or spliced
+        goes the short way (`_text_delta`), with the same bytes out."""
+        outs: list[Out] = []
+        for event in events:
+            if event.data is None:
+                outs += self.feed(event)
+                continue
+            data = _parsed(event.data)
+            if type(data) is dict and data.get("type") == "response.output_text.delta":
+                out = self._text_delta(event, data)
+                if out is not None:
+                    outs += out
+                    continue
+            outs += self._feed(event, data)
+        return outs
 
     def feed(self, event: Event) -> list[Out]:
         if event.data is None:
             return [] if self.certain else [Out(event.raw, False)]
-        try:
-            data = loads_text(event.data)
-        except (ValueError, RecursionError):
-            data = None
+        return self._feed(event, _parsed(event.data))
+
+    def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
+        """What `feed` makes of an `output_text.delta` with text while nothing has a finding
+        and no reasoning markup is parked, in a stream that is no splice (only a splice has
+        items `_closing`); None for any other event, which is left unread."""
+        delta = data.get("delta")
+        if (
+            self._found
+            or self.splice is not None
+            or self._reasoning_marker()
+            or type(delta) is not str
+        ):
+            return None
+        part = self._text(data, index_of(data, "output_index"), True)
+        out = self._released(part, self._feed_text(part, delta), False)
+        if out == delta:
+            return self._send_all([(data, event, False)])
+        return self._send_all([({**data, "delta": out}, None, False)] if out else [])
+
+    def _feed(self, event: Event, data: Any) -> list[Out]:
+        """`feed`, once the event's data has been parsed (None when it is not JSON)."""
         kind = data.get("type") if isinstance(data, dict) else None
         if isinstance(kind, str) and kind in TERMINAL and isinstance(data, dict):
             self._usage(data)
@@ -176,7 +214,7 @@ class ResponsesStream:
             return self._scan(part, data, event)
         if kind == "response.output_text.done":
             part = self._text(data, oi, True)
-            rest = self._released(part, part.finish(), ended=True)
+            rest = self._released(part, self._finish_text(part), ended=True)
             if part.finding is not None:
                 return []
             return ([part.delta_event(rest)] if rest else []) + same
@@ -185,7 +223,7 @@ class ResponsesStream:
             if kind.endswith(".delta"):
                 return self._scan(summary, data, event)
             if kind.endswith(".done") and not summary.scanner.marker_seen:
-                rest = self._released(summary, summary.finish(), ended=True)
+                rest = self._released(summary, self._finish_text(summary), ended=True)
                 return ([summary.delta_event(rest)] if rest else []) + same
         if kind in TERMINAL:
             flushed = self._flush_all()
@@ -199,7 +237,9 @@ class ResponsesStream:
 
     def _scan(self, text: Text, data: dict[str, Any], event: Event) -> list[Pending]:
         delta = data.get("delta")
-        out = self._released(text, text.feed(delta) if isinstance(delta, str) else "", False)
+        out = self._released(
+            text, self._feed_text(text, delta) if isinstance(delta, str) else "", False
+        )
         if out == delta:
             return [(data, event, False)]
         return [({**data, "delta": out}, None, False)] if out else []
@@ -235,7 +275,24 @@ class ResponsesStream:
         return text
 
     def _reasoning_marker(self) -> bool:
-        return not self._called and any(t.scanner.marker_seen for t in self.summaries.values())
+        """Markup has shown in reasoning, and no real call has come."""
+        return self._reasoning_seen and not self._called
+
+    def _feed_text(self, text: Text, delta: str) -> str:
+        out = text.feed(delta)
+        self._note(text)
+        return out
+
+    def _finish_text(self, text: Text) -> str:
+        out = text.finish()
+        self._note(text)
+        return out
+
+    def _note(self, text: Text) -> None:
+        """A part's scanner has read text or finished: note a finding or reasoning markup it
+        shows (neither is ever undone; only a feed or a finish makes one)."""
+        self._found |= text.finding is not None
+        self._reasoning_seen |= text.reasoning and text.scanner.marker_seen
 
     def _release_reasoning(self) -> list[Pending]:
         """A real call arrived: held reasoning (markup included) goes out, then what was
@@ -262,7 +319,7 @@ class ResponsesStream:
             for text in table.values():
                 if text.turn.finished:
                     continue
-                rest = self._released(text, text.finish(), ended=True)
+                rest = self._released(text, self._finish_text(text), ended=True)
                 if text.finding is None and rest:
                     out.append(text.delta_event(rest))
         if self.finding is None and self._parked:
@@ -286,12 +343,19 @@ class ResponsesStream:
             key = (index_of(data, "output_index"), index_of(data, "content_index"))
             part = self.parts.get(key)
             if part is not None and part.scanner.marker_seen:
-                part.feed(data["delta"])
+                self._feed_text(part, data["delta"])
         elif kind == "response.output_text.done":
             self.settle()
         elif kind in TERMINAL:
             self.settle()
             self._ended = True
+
+
+def _parsed(data: str) -> Any:
+    try:
+        return loads_text(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> ResponsesStream:

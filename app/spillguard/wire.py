@@ -21,11 +21,6 @@ from .start import KEEPALIVE
 from .usage import Usage, reply_usage
 
 
-def feed_each(stream: Stream, events: list[Event]) -> list[Out]:
-    """`Stream.feed_all` as `feed` each event in turn."""
-    return [out for event in events for out in stream.feed(event)]
-
-
 def content_finding(
     texts: list[str], tools: ToolSet, hold_limit: int
 ) -> tuple[Finding, str] | None:
@@ -73,7 +68,7 @@ class Stream(Protocol):
 
     def feed_all(self, events: list[Event]) -> list[Out]:
         """`feed` each event in turn (the events of one read, taken together where that is
-        quicker: chat's runs of content deltas)."""
+        quicker: chat's runs of content deltas, Messages' and Responses' text deltas)."""
 
     def finish(self) -> list[Out]:
         """The upstream ended: settle what was held back, and return what may now go out."""
