@@ -87,29 +87,47 @@ class ChatStream(Choices):
         scanner would have held until the next one is not re-serialized. Such deltas are read
         by their bytes once their `Shape` is known."""
         outs: list[Out] = []
-        run: list[tuple[Event, dict[str, Any] | None, str]] = []  # content deltas of one choice
+        # A run of content deltas of one choice: their events, parsed data (None when read by
+        # the shape) and texts.
+        run: list[Event] = []
+        chunks: list[dict[str, Any] | None] = []
+        texts: list[str] = []
         index = 0
-        for event in events:
-            shape, call = self._shape, self._call_shape
-            text = shape.read(event.raw) if shape is not None else None
-            more = call.read(event.raw) if text is None and call is not None else None
-            if text is not None and shape is not None:
-                delta: tuple[int, str] | None = (shape.index, text)
-                chunk = None
-            elif more is not None:
-                delta = chunk = None
-            else:
+        at, count = 0, len(events)
+        while at < count:
+            shape = self._shape
+            read = shape.texts(events, at) if shape is not None else None
+            if read and shape is not None:  # the shape's deltas in a row, the most of a read
+                if run and shape.index != index:
+                    outs += self._feed_run(run, chunks, texts, index)
+                    run, chunks, texts = [], [], []
+                index, end = shape.index, at + len(read)
+                run += events[at:end]
+                chunks += [None] * len(read)
+                texts += read
+                if end == count:
+                    break
+                at = end  # the shape does not read this one
+            event = events[at]
+            at += 1
+            call = self._call_shape
+            more = call.read(event.raw) if call is not None else None
+            delta: tuple[int, str] | None = None
+            chunk = None
+            if more is None:
                 data = event.data
                 chunk = _parsed(data) if data is not None and data[:1] == "{" else None
                 delta = content_delta(chunk)
                 if self.head:
                     self._learn(event, chunk, delta)
             if run and (delta is None or delta[0] != index):
-                outs += self._feed_run(run, index)
-                run = []
+                outs += self._feed_run(run, chunks, texts, index)
+                run, chunks, texts = [], [], []
             if delta is not None:
                 index = delta[0]
-                run.append((event, chunk, delta[1]))
+                run.append(event)
+                chunks.append(chunk)
+                texts.append(delta[1])
             elif more is not None and call is not None:
                 outs += self._arguments(event, call)
             elif chunk is not None:
@@ -117,7 +135,7 @@ class ChatStream(Choices):
             else:
                 outs += self.feed(event)
         if run:
-            outs += self._feed_run(run, index)
+            outs += self._feed_run(run, chunks, texts, index)
         return outs
 
     def _learn(self, event: Event, chunk: Any, delta: tuple[int, str] | None) -> None:
@@ -143,25 +161,23 @@ class ChatStream(Choices):
         return self._feed_chunk(event, _parsed(event.data or ""))
 
     def _feed_run(
-        self, run: list[tuple[Event, dict[str, Any] | None, str]], index: int
+        self, run: list[Event], chunks: list[dict[str, Any] | None], texts: list[str], index: int
     ) -> list[Out]:
         outs: list[Out] = []
-        texts = [text for _, _, text in run]
         at = 0
         while at < len(run):
             plain = self._plain(index)  # until a finding, or a finish
             if len(run) - at > 1 and plain:
                 guard = self._guards.get(index) or self._guard(index)
-                taken = guard.content.feed_quiet_run(texts[at:])
+                taken = guard.content.feed_quiet_run(texts[at:] if at else texts)
                 if taken:
                     text = "".join(texts[at : at + taken])
                     self._record(index, text)
-                    outs.append(
-                        Out(b"".join(e.raw for e, _, _ in run[at : at + taken]), bool(text))
-                    )
+                    raws = [event.raw for event in run[at : at + taken]]
+                    outs.append(Out(raws[0] if taken == 1 else b"".join(raws), bool(text)))
                     at += taken
                     continue
-            event, chunk, text = run[at]
+            event, chunk, text = run[at], chunks[at], texts[at]
             if plain:
                 outs += self._delta(event, chunk, index, text)
             else:
