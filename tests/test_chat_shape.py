@@ -60,6 +60,18 @@ def test_anything_else_is_not_read_by_a_shape(raw: bytes) -> None:
     assert shape.read(raw) is None
 
 
+def test_texts_reads_the_shape_s_events_in_a_row_and_stops_at_the_first_other() -> None:
+    shape = learned(chat_chunk({"content": "Hello"}))
+    assert shape is not None
+    texts = ["a", 'say "hi"', "", "line\nend"]
+    events = [event(chat_chunk({"content": t})) for t in texts]
+    other = event(chat_chunk({"content": "x"}, finish="stop"))
+    assert shape.texts(events, 0) == texts
+    assert shape.texts([*events, other, *events], 1) == texts[1:]
+    assert shape.texts([other, *events], 0) == []
+    assert shape.texts(events, len(events)) == []
+
+
 def test_a_text_with_escapes_is_read_as_its_string_token_spells_it() -> None:
     shape = learned(chat_chunk({"content": "Hello"}))
     assert shape is not None
