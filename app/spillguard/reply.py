@@ -40,10 +40,10 @@ class Deadline:
     past its bound or the deadline, and notes why (`ended`). A cancelled aiohttp read loses
     nothing: the bytes stay buffered for the next one."""
 
-    __slots__ = ("_loop", "due", "ended", "passed", "timer", "waiter", "when")
+    __slots__ = ("due", "ended", "loop", "passed", "timer", "waiter", "when")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        self._loop = loop
+        self.loop = loop
         self.when = when
         self.due = math.inf
         self.waiter: asyncio.Task[Any] | None = None
@@ -63,7 +63,7 @@ class Deadline:
                 timer.cancel()
                 timer = None
             if timer is None:
-                self.timer = self._loop.call_at(due, self._fire)
+                self.timer = self.loop.call_at(due, self._fire)
 
     def ended_by(self, task: asyncio.Task[Any]) -> int:
         """In the waiter's `except CancelledError`: BOUND or DEADLINE when that cancel is this
@@ -81,7 +81,7 @@ class Deadline:
 
     def _fire(self) -> None:
         self.timer = None
-        now = self._loop.time()
+        now = self.loop.time()
         waiter = self.waiter
         if now >= self.when:
             self.passed = True
@@ -94,7 +94,7 @@ class Deadline:
             waiter.cancel()
         # Not due yet (the wait moved on since the timer was set), or ended: set again.
         due = self.due if waiter is not None and not self.ended else math.inf
-        self.timer = self._loop.call_at(min(due, self.when), self._fire)
+        self.timer = self.loop.call_at(min(due, self.when), self._fire)
 
     def cancel(self) -> None:
         if self.timer is not None:
@@ -117,7 +117,7 @@ class Reply:
         self.headers: CIMultiDictProxy[str] = resp.headers
         self._resp = resp
         self._deadline = deadline
-        self._loop = deadline._loop
+        self._loop = deadline.loop
         self._on_wait = on_wait
         encoding = resp.headers.get("content-encoding", "").strip().lower()
         self.decoded = decode and encoding in ("gzip", "deflate", "x-gzip")
