@@ -101,7 +101,7 @@ async def test_a_whole_exchange_whose_headers_miss_the_deadline_is_a_timeout() -
     await upstream.start()
     try:
         with pytest.raises(UpstreamTimeout, match="did not answer in time"):
-            await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True)
+            await upstream.open("GET", upstream.url("x", ""), {}, None)
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
         await asyncio.sleep(0.3)  # nothing left to ring
@@ -125,7 +125,7 @@ async def _paced_upstream(pace: float, total_timeout: float) -> AsyncIterator[Up
 
 async def test_a_whole_exchange_whose_body_misses_the_deadline_is_a_timeout() -> None:
     async with _paced_upstream(5, 0.3) as upstream:
-        async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
+        async with await upstream.open("GET", upstream.url("x", ""), {}, None) as r:
             with pytest.raises(UpstreamTimeout, match="exceeded the total deadline"):
                 await r.read(1000)
         task = asyncio.current_task()
@@ -134,7 +134,7 @@ async def test_a_whole_exchange_whose_body_misses_the_deadline_is_a_timeout() ->
 
 async def test_a_whole_exchange_read_in_time_leaves_no_deadline_behind() -> None:
     async with _paced_upstream(0.05, 0.3) as upstream:
-        async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
+        async with await upstream.open("GET", upstream.url("x", ""), {}, None) as r:
             assert await r.read(1000) == b"first.second"
         await asyncio.sleep(0.5)  # past the deadline: this task is not cancelled
         task = asyncio.current_task()
@@ -145,7 +145,7 @@ async def test_a_cancel_from_outside_during_a_whole_read_is_a_cancel() -> None:
     async with _paced_upstream(5, 0.3) as upstream:
 
         async def reading() -> bytes:
-            async with await upstream.open("GET", upstream.url("x", ""), {}, None, whole=True) as r:
+            async with await upstream.open("GET", upstream.url("x", ""), {}, None) as r:
                 return await r.read(1000)
 
         await _ends_cancelled(reading(), after=0.1)
@@ -218,7 +218,7 @@ async def test_a_deadline_that_comes_between_waits_cancels_nothing() -> None:
         deadline.begin(task)
 
 
-# ---- the total deadline of a streamed reply (no `whole`: read in pieces, bounded waits) -------
+# ---- the total deadline of a streamed reply (read in pieces, bounded waits) ------------------
 
 
 async def test_a_stream_whose_headers_miss_the_deadline_is_a_timeout_and_closes() -> None:

@@ -14,9 +14,10 @@ from .detect import ToolSet
 from .errors import LeakedToolCall, SpillguardError
 from .outcome import Outcome
 from .policy import Policy
+from .reply import Reply
 from .settings import Settings
 from .tracing import attempt_headers
-from .upstream import Reply, Upstream
+from .upstream import Upstream
 from .wire import Stream
 
 # What the upstream billed for the attempts that leaked (their `usage` total), when it said.
@@ -73,14 +74,10 @@ async def open_upstream(
     body: Any,
     *,
     decode: bool = False,
-    whole: bool = False,
 ) -> Reply:
-    """One upstream exchange for `outcome`: counted, every wait on it timed, its status noted.
-    `whole`: as `Upstream.open`'s (the reply read with `read`, nothing else awaited)."""
+    """One upstream exchange for `outcome`: counted, every wait on it timed, its status noted."""
     outcome.calling()
     headers = attempt_headers(url, headers)  # a span of its own when tracing is on
-    reply = await upstream.open(
-        method, url, headers, body, decode=decode, on_wait=outcome.waited, whole=whole
-    )
+    reply = await upstream.open(method, url, headers, body, decode=decode, on_wait=outcome.waited)
     outcome.upstream_answered(reply.status)
     return reply

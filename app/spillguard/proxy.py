@@ -97,9 +97,8 @@ class Decision:
                 ex.headers,
                 body,
                 decode=True,
-                whole=True,
             )
-            async with await opening as reply:  # read whole, awaiting nothing else (`whole`)
+            async with await opening as reply:
                 data = await reply.read(s.max_reply)
                 headers = end_to_end(reply.headers, REFRAMED)
                 status, ctype, identity = reply.status, reply.content_type, reply.identity

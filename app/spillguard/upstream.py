@@ -18,8 +18,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from .errors import ClientError, UpstreamTimeout, UpstreamUnavailable
-from .reply import DEADLINE, Deadline, OnWait, no_wait
-from .reply import Reply as Reply  # exchange.py's import, until it names .reply
+from .reply import DEADLINE, Deadline, OnWait, Reply, no_wait
 from .settings import Settings
 
 HOP_BY_HOP = frozenset(
@@ -136,14 +135,13 @@ class Upstream:
         *,
         decode: bool = False,
         on_wait: OnWait = no_wait,
-        whole: bool = False,
     ) -> Reply:
         """Send a request and return once the response headers are in. `on_wait` is told how
         long that took, and then every wait for the body.
 
         The total deadline covers the whole exchange, headers and body, for every reply alike
         (`reply.Deadline`): the headers late say "did not answer", the body "the total
-        deadline". `whole` (the reply is read with `read`) changes nothing any more."""
+        deadline"."""
         assert self._session is not None, "Upstream.start() was not called"
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
