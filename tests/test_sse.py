@@ -292,3 +292,53 @@ def test_whole_pieces_of_common_events_decode_as_byte_by_byte(
     pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     assert decode(pieces) == want
     assert decode(parts) == want
+
+
+NAMED = st.sampled_from(
+    [
+        b"event: e\ndata: a\n\n",
+        b'event:content_block_delta\ndata:{"x":1}\n\n',
+        b"event: \xff\ndata: \xfe\n\n",
+        b"event:\ndata:\n\n",
+        b"event: e\ndata: 1\ndata: 2\n\n",
+        b"data: 3\nevent: e\n\n",
+        b"event: e\n\n",
+        b"event: e\n: note\ndata: x\n\n",
+        b"event: e\nid: 9\n\n",
+        b"event: e\ndata  : x\n\n",
+        b"data: a\n\n",
+        b": ping\n\n",
+        b"\r\n",
+    ]
+)
+
+
+@settings(max_examples=400)
+@given(st.lists(NAMED, max_size=12), st.lists(st.integers(min_value=0, max_value=300), max_size=4))
+def test_whole_pieces_of_named_events_decode_as_byte_by_byte(
+    parts: list[bytes], cuts: list[int]
+) -> None:
+    """Messages and Responses streams name every event: a read of them is cut fast too, and
+    any piece that is not only `event:` + one `data:` line goes the general way."""
+    data = b"".join(parts)
+    want = decode([data[i : i + 1] for i in range(len(data))])
+    assert decode([data]) == want
+    points = sorted({min(c, len(data)) for c in cuts})
+    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    assert decode(pieces) == want
+    assert decode(parts) == want
+
+
+def test_a_read_of_named_events_is_cut_into_them_exactly() -> None:
+    chunk = b'event: ping\ndata: {}\n\nevent:message_stop\ndata:{"type":"message_stop"}\n\n'
+    assert SSEDecoder().feed(chunk) == [
+        Event(b"event: ping\ndata: {}\n\n", "{}", "ping"),
+        Event(
+            b'event:message_stop\ndata:{"type":"message_stop"}\n\n',
+            '{"type":"message_stop"}',
+            "message_stop",
+        ),
+    ]
+    one = b"event: e\ndata: x\n\n"
+    (event,) = SSEDecoder().feed(one)
+    assert event.raw is one  # one whole event: its bytes, not a copy

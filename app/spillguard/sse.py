@@ -161,9 +161,10 @@ def _whole_events(chunk: bytes) -> list[Event] | None:
     else, with nothing pending, cut into them at C speed; None for any other piece. What a
     streaming upstream sends a read. A piece of one event is that event's bytes, not copied."""
     pieces = chunk.split(b"\n\n")
-    # Nothing after the last blank line, and no line end but the blank lines' own.
-    if pieces.pop() or chunk.count(b"\n") != 2 * len(pieces):
+    if pieces.pop():  # something after the last blank line
         return None
+    if chunk.count(b"\n") != 2 * len(pieces):  # a line end not the blank lines' own
+        return _named_events(chunk, pieces)
     events: list[Event] = []
     one = len(pieces) == 1
     for piece in pieces:
@@ -174,6 +175,29 @@ def _whole_events(chunk: bytes) -> list[Event] | None:
         else:
             return None
         events.append(Event(chunk if one else piece + b"\n\n", value.decode("utf-8", "replace")))
+    return events
+
+
+def _named_events(chunk: bytes, pieces: list[bytes]) -> list[Event] | None:
+    """`_whole_events` of a piece whose every event is named (Anthropic's, Responses'): an
+    `event:` line, then one `data:` line."""
+    if chunk.count(b"\n") != 3 * len(pieces):  # each has one more line end, as each must
+        return None
+    events: list[Event] = []
+    one = len(pieces) == 1
+    for piece in pieces:
+        cut = piece.find(b"\n")
+        if piece[:6] != b"event:" or cut < 0:
+            return None
+        name = piece[7 if piece[6:7] == b" " else 6 : cut].decode("utf-8", "replace")
+        if piece[cut + 1 : cut + 7] == b"data: ":
+            value = piece[cut + 7 :]
+        elif piece[cut + 1 : cut + 6] == b"data:":
+            value = piece[cut + 6 :]
+        else:
+            return None
+        raw = chunk if one else piece + b"\n\n"
+        events.append(Event(raw, value.decode("utf-8", "replace"), name))
     return events
 
 
