@@ -52,16 +52,19 @@ text is first asked `detect.may_find`, which rules a finding out at C speed for 
 any marker's needle); `detect.read_calls` reads a leak's markup into calls for a repair;
 `detect.anomalies` names the structured calls that are missing or malformed.
 
-Edges. `upstream.py` is the only aiohttp code: one pooled session per upstream, header hygiene,
-and every wait reported to an `on_wait` hook (the outcome's upstream time). `observe.py` receives
-each outcome once and logs it (`logs.py`, which writes the line straight to its own stream
-handler when nothing else could see the record), counts it (`metrics.py`), traces it when asked
-(`tracing.py`, OpenTelemetry, optional) and writes its findings (`incidents.py`: a queue and a
-writer thread over an `incident_store.Store`, SQLite in `incident_sqlite.py` or PostgreSQL in
-`incident_postgres.py`, kept within `retention.py`'s limits; `incident_query.py` reads either for
-`spillguard incidents`; `spans.py` parses `30d`). `redact.py` keeps keys out of all of them.
+Edges. `upstream.py` and `reply.py` are the only aiohttp code: one pooled session per upstream,
+header hygiene, and every wait reported to an `on_wait` hook (the outcome's upstream time);
+`reply.py` reads a response (`Reply`) under its exchange's one total deadline (`Deadline`: one
+timer for the headers and the body, which is also a stream's keep-alive bound). `observe.py`
+receives each outcome once and logs it (`logs.py`, which writes the line straight to its own
+stream handler when nothing else could see the record), counts it (`metrics.py`), traces it
+when asked (`tracing.py`, OpenTelemetry, optional) and writes its findings (`incidents.py`: a
+queue and a writer thread over an `incident_store.Store`, SQLite in `incident_sqlite.py` or
+PostgreSQL in `incident_postgres.py`, kept within `retention.py`'s limits; `incident_query.py`
+reads either for `spillguard incidents`; `spans.py` parses `30d`). `redact.py` keeps keys out
+of all of them.
 
 Errors. The small exception set is drawn in `errors.py`: every error spillguard raises is a
 `SpillguardError` with an HTTP status and code in the OpenAI shape (the Messages wire writes it
-in Anthropic's); foreign exceptions are mapped to it at `upstream.py` and `proxy.py`.
+in Anthropic's); foreign exceptions are mapped to it at `upstream.py`, `reply.py` and `proxy.py`.
 """
