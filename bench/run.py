@@ -684,44 +684,62 @@ def _bound_point(row: Row, rate: float, plan: Plan) -> dict:
 
 @dataclass
 class _Search:
-    """One row's search for its bound: the probe, then a bisection in log space."""
+    """One row's search for its bound: a ladder of rates doubling from BOUND_PROBE until one
+    fails above one that held, then a bisection (in log space) between those two.
+
+    The ladder goes on past failures below the first rate that held: on an idle VM a low rate
+    can read a worse p99 than a higher one (every request wakes sleeping vCPUs), so a failed
+    first rung says nothing of the rates above it."""
 
     row: Row
     proc: Proc | None
-    lo: float
-    hi: float
+    lo: float  # the highest rate that held (0: none yet)
+    hi: float  # the lowest rate above `lo` that failed, or the ceiling
+    bisections: int
     points: list[dict] = field(default_factory=list)
+    climbing: bool = True
 
     def next_rate(self) -> float | None:
-        if not self.points:
-            return BOUND_PROBE
-        if not self.points[0]["within"]:
-            return None  # not even the probe's rate: no bisection
+        if self.climbing:
+            rate = BOUND_PROBE * 2 ** len(self.points)
+            if rate < self.hi:
+                return rate
+            self.climbing = False  # the ceiling: bisect below it, if anything held
+        if not self.lo or not self.bisections:
+            return None
+        self.bisections -= 1
         return math.sqrt(self.lo * self.hi)
 
     def measured(self, rate: float, point: dict) -> None:
         self.points.append(point)
-        self.lo, self.hi = (rate, self.hi) if point["within"] else (self.lo, rate)
+        if point["within"]:
+            self.lo = max(self.lo, rate)
+        elif self.lo:  # above a rate that held
+            self.hi, self.climbing = min(self.hi, rate), False
 
 
 def bound(live_rows: Live, plan: Plan, out: Path, ceilings: dict[str, float]) -> list[dict]:
     """The highest request rate (open loop, non-streamed) at which each row's p99 stays under
-    BOUND_P99_MS: a probe at BOUND_PROBE req/s, then a bisection (in log space) up to 1.1 times
-    the row's closed-loop peak at 50 clients (10,000 req/s when this run did not measure it).
-    The searches advance together, one point per row a step in rotating order, so a slow
-    minute of the machine falls on every row alike."""
+    BOUND_P99_MS, searched (`_Search`) up to 1.1 times the row's closed-loop peak at 50
+    clients (10,000 req/s when this run did not measure it). The searches advance together,
+    one point per row a step in rotating order, so a slow minute of the machine falls on
+    every row alike."""
     live, failed = live_rows.get(rows_for(plan, "floor", "retry", "base", "litellm"))
     searches = [
-        _Search(row, proc, 0.0, (ceilings.get(row.key) or 10_000.0) * 1.1) for row, proc in live
+        _Search(row, proc, 0.0, (ceilings.get(row.key) or 10_000.0) * 1.1, plan.bound_steps)
+        for row, proc in live
     ]
-    for step in range(plan.bound_steps + 1):
-        for search in searches[step % len(searches) :] + searches[: step % len(searches)]:
-            rate = search.next_rate()
-            if rate is None:
-                continue
+    step = 0
+    while True:
+        turn = searches[step % len(searches) :] + searches[: step % len(searches)]
+        todo = [(search, rate) for search in turn if (rate := search.next_rate()) is not None]
+        if not todo:
+            break
+        for search, rate in todo:
             search.measured(rate, _bound_point(search.row, rate, plan))
             if search.proc:
                 search.proc.settle()
+        step += 1
     results = []
     for search in searches:
         log(f"  {search.row.label}: p99 under {BOUND_P99_MS} ms up to {search.lo:.0f} req/s")
