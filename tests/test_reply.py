@@ -236,13 +236,19 @@ async def test_a_stream_whose_headers_miss_the_deadline_is_a_timeout_and_closes(
     try:
         with pytest.raises(UpstreamTimeout, match="did not answer in time"):
             await upstream.open("POST", upstream.url("x", ""), {}, b"{}", decode=True)
-        task = asyncio.current_task()
-        assert task is not None and task.cancelling() == 0
-        await asyncio.wait_for(closed.wait(), 5)
-        assert upstream.open_connections == 0
+        await _left_clean(upstream, closed)
     finally:
         await upstream.close()
         server.close()
+
+
+async def _left_clean(upstream: Upstream, closed: asyncio.Event) -> None:
+    """The task is not left cancelled, the upstream saw its connection closed, and the pool
+    holds none."""
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.wait_for(closed.wait(), 5)
+    assert upstream.open_connections == 0
 
 
 async def _hangs_up(reader: asyncio.StreamReader, within: float) -> bool:
@@ -300,10 +306,7 @@ async def test_a_stream_whose_deadline_comes_mid_body_is_a_timeout_and_closes(
                 while piece := await reply.wait_chunk(bound):
                     got.append(piece)
         assert got and b"".join(got).startswith(b"data: 0\n\n")
-        task = asyncio.current_task()
-        assert task is not None and task.cancelling() == 0
-        await asyncio.wait_for(closed.wait(), 5)
-        assert upstream.open_connections == 0
+        await _left_clean(upstream, closed)
     finally:
         await upstream.close()
         server.close()

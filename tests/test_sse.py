@@ -280,11 +280,9 @@ PARTS = st.sampled_from(
 )
 
 
-@settings(max_examples=400)
-@given(st.lists(PARTS, max_size=12), st.lists(st.integers(min_value=0, max_value=200), max_size=4))
-def test_whole_pieces_of_common_events_decode_as_byte_by_byte(
-    parts: list[bytes], cuts: list[int]
-) -> None:
+def _decode_as_byte_by_byte(parts: list[bytes], cuts: list[int]) -> None:
+    """The parts decode as the same bytes fed one at a time: whole, cut at `cuts`, and as the
+    parts themselves."""
     data = b"".join(parts)
     want = decode([data[i : i + 1] for i in range(len(data))])
     assert decode([data]) == want
@@ -292,6 +290,14 @@ def test_whole_pieces_of_common_events_decode_as_byte_by_byte(
     pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     assert decode(pieces) == want
     assert decode(parts) == want
+
+
+@settings(max_examples=400)
+@given(st.lists(PARTS, max_size=12), st.lists(st.integers(min_value=0, max_value=200), max_size=4))
+def test_whole_pieces_of_common_events_decode_as_byte_by_byte(
+    parts: list[bytes], cuts: list[int]
+) -> None:
+    _decode_as_byte_by_byte(parts, cuts)
 
 
 NAMED = st.sampled_from(
@@ -320,13 +326,7 @@ def test_whole_pieces_of_named_events_decode_as_byte_by_byte(
 ) -> None:
     """Messages and Responses streams name every event: a read of them is cut fast too, and
     any piece that is not only `event:` + one `data:` line goes the general way."""
-    data = b"".join(parts)
-    want = decode([data[i : i + 1] for i in range(len(data))])
-    assert decode([data]) == want
-    points = sorted({min(c, len(data)) for c in cuts})
-    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
-    assert decode(pieces) == want
-    assert decode(parts) == want
+    _decode_as_byte_by_byte(parts, cuts)
 
 
 def test_a_read_of_named_events_is_cut_into_them_exactly() -> None:

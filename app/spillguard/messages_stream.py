@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, call_anomalies
-from .jsonread import loads_text
 from .messages_events import (
     DELTA_KEYS,
     MESSAGE_END,
@@ -34,11 +33,14 @@ from .messages_events import (
 )
 from .messages_repair import Tail
 from .sse import Event, Out
+from .wire import NamedEvents
 
 __all__ = ["MessagesStream", "is_call", "new_stream"]
 
 
-class MessagesStream:
+class MessagesStream(NamedEvents):
+    DELTA = "content_block_delta"
+
     def __init__(self, tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> None:
         self._tools = tools
         self._hold_limit = hold_limit
@@ -141,28 +143,6 @@ class MessagesStream:
     def finish(self) -> list[Out]:
         """The upstream's stream ended: settle what was held (nothing, after message_stop)."""
         return self._send_all(self._end())
-
-    def feed_all(self, events: list[Event]) -> list[Out]:
-        """`feed` each event in turn; a text delta of a text block already shown goes the
-        short way (`_text_delta`), with the same bytes out."""
-        outs: list[Out] = []
-        for event in events:
-            if event.data is None:
-                outs += self.feed(event)
-                continue
-            data = _parsed(event.data)
-            if type(data) is dict and data.get("type") == "content_block_delta":
-                out = self._text_delta(event, data)
-                if out is not None:
-                    outs += out
-                    continue
-            outs += self._feed(event, data)
-        return outs
-
-    def feed(self, event: Event) -> list[Out]:
-        if event.data is None:
-            return [] if self.certain else [Out(event.raw, False)]
-        return self._feed(event, _parsed(event.data))
 
     def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
         """What `feed` makes of a `text_delta` of a text block that has shown text, while
@@ -365,13 +345,6 @@ class MessagesStream:
     def _block_of(self, data: dict[str, Any]) -> Block | None:
         index = data.get("index")
         return self._blocks.get(index) if isinstance(index, int) else None
-
-
-def _parsed(data: str) -> Any:
-    try:
-        return loads_text(data)
-    except (ValueError, RecursionError):
-        return None
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> MessagesStream:

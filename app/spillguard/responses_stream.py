@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, call_anomalies
-from .jsonread import loads_text
 from .responses_events import (
     TERMINAL,
     Key,
@@ -26,10 +25,12 @@ from .responses_repair import Tail, Unshown
 from .responses_splice import Splice, close_open_items
 from .sse import Event, Out
 from .usage import Usage, usage_of
-from .wire import Stream
+from .wire import NamedEvents, Stream
 
 
-class ResponsesStream:
+class ResponsesStream(NamedEvents):
+    DELTA = "response.output_text.delta"
+
     def __init__(self, tools: ToolSet, hold_limit: int, previous: ResponsesStream | None) -> None:
         self._tools = tools
         self._hold_limit = hold_limit
@@ -135,28 +136,6 @@ class ResponsesStream:
     def finish(self) -> list[Out]:
         """The upstream ended without a terminal event: settle what was held."""
         return self._send_all(self._flush_all(), final=True)
-
-    def feed_all(self, events: list[Event]) -> list[Out]:
-        """`feed` each event in turn; a text delta while nothing is found, parked or spliced
-        goes the short way (`_text_delta`), with the same bytes out."""
-        outs: list[Out] = []
-        for event in events:
-            if event.data is None:
-                outs += self.feed(event)
-                continue
-            data = _parsed(event.data)
-            if type(data) is dict and data.get("type") == "response.output_text.delta":
-                out = self._text_delta(event, data)
-                if out is not None:
-                    outs += out
-                    continue
-            outs += self._feed(event, data)
-        return outs
-
-    def feed(self, event: Event) -> list[Out]:
-        if event.data is None:
-            return [] if self.certain else [Out(event.raw, False)]
-        return self._feed(event, _parsed(event.data))
 
     def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
         """What `feed` makes of an `output_text.delta` with text while nothing has a finding
@@ -349,13 +328,6 @@ class ResponsesStream:
         elif kind in TERMINAL:
             self.settle()
             self._ended = True
-
-
-def _parsed(data: str) -> Any:
-    try:
-        return loads_text(data)
-    except (ValueError, RecursionError):
-        return None
 
 
 def new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> ResponsesStream:

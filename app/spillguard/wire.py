@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, may_find
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
+from .jsonread import loads_text
 from .rawjson import append_items
 from .sse import Event, Out
 from .start import KEEPALIVE
@@ -35,6 +36,52 @@ def content_finding(
         if turn.finding is not None:
             return turn.finding, "".join(texts[:n]) + text[: turn.finding.start]
     return None
+
+
+class NamedEvents:
+    """`feed` and `feed_all` of an editor of JSON events (Messages, Responses): each event's
+    data read once (None when it is not JSON), an event of type `DELTA` first offered to
+    `_text_delta` (the short way, with the same bytes out; None declines it), the rest to
+    `_feed`. A comment is dropped once the stream is certain to leak, else passed on."""
+
+    DELTA: ClassVar[str]
+
+    @property
+    def certain(self) -> bool:
+        raise NotImplementedError
+
+    def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
+        raise NotImplementedError
+
+    def _feed(self, event: Event, data: Any) -> list[Out]:
+        raise NotImplementedError
+
+    def feed(self, event: Event) -> list[Out]:
+        if event.data is None:
+            return [] if self.certain else [Out(event.raw, False)]
+        return self._feed(event, _parsed(event.data))
+
+    def feed_all(self, events: list[Event]) -> list[Out]:
+        outs: list[Out] = []
+        for event in events:
+            if event.data is None:
+                outs += self.feed(event)
+                continue
+            data = _parsed(event.data)
+            if type(data) is dict and data.get("type") == self.DELTA:
+                out = self._text_delta(event, data)
+                if out is not None:
+                    outs += out
+                    continue
+            outs += self._feed(event, data)
+        return outs
+
+
+def _parsed(data: str) -> Any:
+    try:
+        return loads_text(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 class Stream(Protocol):
