@@ -150,10 +150,7 @@ class ResponsesStream(NamedEvents):
         ):
             return None
         part = self._text(data, index_of(data, "output_index"), True)
-        out = self._released(part, self._feed_text(part, delta), False)
-        if out == delta:
-            return self._send_all([(data, event, False)])
-        return self._send_all([({**data, "delta": out}, None, False)] if out else [])
+        return self._send_all(self._scan(part, data, event))
 
     def _feed(self, event: Event, data: Any) -> list[Out]:
         """`feed`, once the event's data has been parsed (None when it is not JSON)."""
