@@ -129,7 +129,8 @@ def _steps(record: bool, timers: bool, decision: bool) -> Any:
     from spillguard.settings import Settings
     from spillguard.upstream import Upstream, end_to_end
 
-    _canned_open()
+    if decision:
+        _canned_open()
     settings = Settings(upstream=UPSTREAM, mode="retry")
     setup_logging(settings)
     observer = Observer(settings)
