@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         log_level="warning",
         server_header=False,
         date_header=False,
+        proxy_headers=False,
     )
 
 

@@ -1,5 +1,6 @@
 """`context.py`'s per-request readings of the raw ASGI scope: the headers that go upstream, the
-request id, and the dialect, each against the Starlette-based reading it replaced."""
+request id, and the dialect, each against the Starlette-based reading it replaced, and the one
+pass that reads them all (`Context.incoming`) against each alone."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from starlette.datastructures import Headers
 from spillguard.context import (
     DIALECT_KEY,
     REQUEST_DROP,
+    Context,
     request_end_to_end,
     request_id,
     speaks_anthropic,
 )
-from spillguard.upstream import end_to_end
+from spillguard.observe import Observer
+from spillguard.settings import Settings
+from spillguard.upstream import Upstream, end_to_end
 
 NAMES = st.sampled_from(
     [
@@ -89,3 +93,42 @@ def test_the_dialect_is_read_once_and_kept_in_the_scope() -> None:
     assert speaks_anthropic(scope) is True
     assert speaks_anthropic({"path": "/v1/messages/count_tokens", "headers": []}) is True
     assert speaks_anthropic({"path": "/v1/chat/completions", "headers": []}) is False
+
+
+READ_NAMES = st.one_of(
+    NAMES,
+    st.sampled_from(
+        [b"x-request-id", b"anthropic-version", b"x-spillguard-mode", b"content-length", b"expect"]
+    ),
+)
+SETTINGS = Settings(
+    upstream="http://127.0.0.1:9/v1", anthropic_upstream="http://127.0.0.1:10", incidents_db=""
+)
+CONTEXT = Context(
+    SETTINGS, Upstream(SETTINGS), Observer(SETTINGS), Upstream(SETTINGS, "http://127.0.0.1:10/v1")
+)
+
+
+@given(
+    st.lists(st.tuples(READ_NAMES, VALUES), max_size=8),
+    st.sampled_from(["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"]),
+)
+def test_one_reading_of_the_headers_says_what_each_reading_alone_says(
+    raw: list[tuple[bytes, bytes]], path: str
+) -> None:
+    scope = {"type": "http", "path": path, "headers": raw}
+    came = CONTEXT.incoming(scope)
+    expected = request_end_to_end(raw, REQUEST_DROP)
+    expected["x-request-id"] = came.request_id
+    assert came.headers == expected
+    if any(name == b"x-request-id" and value for name, value in raw):
+        assert came.request_id == request_id(raw)
+    else:
+        assert came.request_id.startswith("sg-") and len(came.request_id) == 35
+    lengths = [value.decode("latin-1") for name, value in raw if name == b"content-length"]
+    assert came.declared == (lengths[0] if lengths else "")
+    assert came.asks_mode == any(name == b"x-spillguard-mode" for name, _ in raw)
+    anthropic = speaks_anthropic({"path": path, "headers": raw})
+    assert scope[DIALECT_KEY] is anthropic
+    assert came.target.anthropic is anthropic
+    assert came.upstream is (CONTEXT.anthropic if anthropic else CONTEXT.upstream)

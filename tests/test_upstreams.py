@@ -7,14 +7,12 @@ import socket
 from typing import Any
 
 import pytest
-from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from spillguard import chat, messages
 from spillguard.context import Context
 from spillguard.mounts import SCOPE_KEY, Prefixes, Target, mount_name
 from spillguard.observe import Observer
-from spillguard.outcome import Outcome
 from spillguard.scripted import ScriptedUpstream, Turn
 from spillguard.settings import Settings
 from spillguard.upstream import Upstream
@@ -130,12 +128,13 @@ def context(**settings: Any) -> Context:
     return Context(s, Upstream(s), Observer(s))
 
 
-def request(path: str, name: str | None = None, **headers: str) -> Request:
+def request(path: str, name: str | None = None, **headers: str) -> dict[str, Any]:
+    """The scope of a request to `path` through the mount `name`."""
     scope = http_scope(path)
     scope["headers"] = [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
     if name is not None:
         scope[SCOPE_KEY] = name
-    return Request(scope)
+    return scope
 
 
 def test_each_mount_has_its_upstreams(keys: None) -> None:
@@ -152,14 +151,15 @@ def test_each_mount_has_its_upstreams(keys: None) -> None:
     ]
     chat_request = request("/v1/chat/completions", "ds")
     claude = request("/v1/messages", "ds", anthropic_version="2023-06-01")
-    assert ctx.upstream_for(chat_request) is ctx.mounts["ds"].upstream
-    assert ctx.upstream_for(claude) is ctx.mounts["ds"].anthropic
-    assert ctx.target(chat_request) == Target("ds", False)
-    assert ctx.target(claude) == Target("ds", True)
+    assert ctx.incoming(chat_request).upstream is ctx.mounts["ds"].upstream
+    assert ctx.incoming(claude).upstream is ctx.mounts["ds"].anthropic
+    assert ctx.incoming(chat_request).target == Target("ds", False)
+    assert ctx.incoming(claude).target == Target("ds", True)
     # A mount without an Anthropic base sends every request to its one upstream.
-    assert ctx.target(request("/v1/messages", "grok")) == Target("grok", False)
-    assert ctx.upstream_for(request("/v1/messages", "grok")) is ctx.mounts["grok"].upstream
-    assert ctx.upstream_for(request("/v1/models")) is ctx.upstream
+    grok_messages = ctx.incoming(request("/v1/messages", "grok"))
+    assert grok_messages.target == Target("grok", False)
+    assert grok_messages.upstream is ctx.mounts["grok"].upstream
+    assert ctx.incoming(request("/v1/models")).upstream is ctx.upstream
 
 
 def test_decisions_one_per_target(keys: None) -> None:
@@ -180,11 +180,10 @@ def test_decisions_one_per_target(keys: None) -> None:
 
 def test_each_mount_injects_its_own_key(keys: None) -> None:
     ctx = context(upstream_key="default-key")
-    outcome = Outcome("rid", "chat", "retry")
     sent = {"authorization": "Bearer client", "x_spillguard_mode": "fail", "x_other": "1"}
 
     def upstream_headers(name: str | None, path: str = "/v1/chat/completions", **more: str) -> Any:
-        return ctx.upstream_headers(request(path, name, **sent, **more), outcome)
+        return ctx.incoming(request(path, name, **sent, **more)).headers
 
     assert upstream_headers(None)["authorization"] == "Bearer default-key"
     assert upstream_headers("grok")["authorization"] == "Bearer xai-key-1"
@@ -200,15 +199,14 @@ def test_each_mount_injects_its_own_key(keys: None) -> None:
 
 def test_with_proxy_keys_no_client_key_goes_upstream(keys: None) -> None:
     ctx = context(proxy_keys=("pk",))
-    outcome = Outcome("rid", "chat", "retry")
-    headers = ctx.upstream_headers(request("/v1/x", "open", authorization="Bearer pk"), outcome)
+    headers = ctx.incoming(request("/v1/x", "open", authorization="Bearer pk")).headers
     assert "authorization" not in headers
 
 
-def test_the_outcome_carries_the_mount(keys: None) -> None:
+def test_a_request_names_its_mount(keys: None) -> None:
     ctx = context()
-    assert ctx.outcome_for(request("/v1/chat/completions", "grok"), "chat").upstream == "grok"
-    assert ctx.outcome_for(request("/v1/chat/completions"), "chat").upstream == "default"
+    assert ctx.incoming(request("/v1/chat/completions", "grok")).mount == "grok"
+    assert ctx.incoming(request("/v1/chat/completions")).mount == "default"
 
 
 def test_the_settings_hold_every_key_for_redaction(keys: None) -> None:
@@ -259,5 +257,5 @@ async def test_readiness_reports_each_upstream(keys: None) -> None:
 
 def test_messages_route_speaks_anthropic_by_path(keys: None) -> None:
     ctx = context()
-    assert ctx.goes_anthropic(request(messages.ROUTE, "ds"))
-    assert not ctx.goes_anthropic(request(messages.ROUTE, "grok"))
+    assert ctx.incoming(request(messages.ROUTE, "ds")).target.anthropic
+    assert not ctx.incoming(request(messages.ROUTE, "grok")).target.anthropic

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from . import chat, handlers, messages, responses
 from .context import Context, error_body_for
 from .errors import SpillguardError
-from .lean import Endpoint, Lean
+from .lean import Lean
 from .limits import Limits
 from .logs import setup_logging
 from .mounts import Prefixes
@@ -41,7 +41,7 @@ class App:
     """The application uvicorn runs: `Limits`, then the lean routes, then FastAPI (`fastapi`,
     for the service routes and everything relayed)."""
 
-    def __init__(self, fastapi: FastAPI, lean: dict[str, Endpoint], ctx: Context) -> None:
+    def __init__(self, fastapi: FastAPI, lean: dict[str, ASGIApp], ctx: Context) -> None:
         self.fastapi = fastapi
         self.lean = Lean(fastapi, lean)
         limits = Limits(self.lean, settings=ctx.settings, observer=ctx.observer)
@@ -95,19 +95,19 @@ def create_app(settings: Settings) -> App:
         return handlers.error_response(error, None, error_body_for(request.scope))
 
     # Plain Starlette routes: FastAPI's per-request dependency solving buys nothing for an
-    # endpoint that reads the raw request (see bench/RESULTS.md).
+    # endpoint that reads the raw request (see bench/RESULTS.md); the /v1 ones are ASGI apps.
     routes = app.router.routes
     routes.append(_get("/healthz", partial(handlers.healthz, ctx)))
     routes.append(_get("/readyz", partial(handlers.readyz, ctx)))
     routes.append(_get("/metrics", partial(handlers.metrics, ctx)))
-    lean: dict[str, Endpoint] = {}  # request path -> its inspected route's endpoint
+    lean: dict[str, ASGIApp] = {}  # request path -> its inspected route's app
     decided = {wire.path: ctx.decisions(wire) for wire in WIRES}
     for wire in WIRES:
-        inspect = partial(handlers.inspected, ctx, decided[wire.path])
+        inspect = handlers.Inspected(ctx, decided[wire.path])
         lean[f"/v1/{wire.path}"] = inspect
         routes.append(Route(f"/v1/{wire.path}", inspect, methods=["POST"]))
     # Passed through, but a GET of a spliced response is the Responses decisions' to answer.
-    passthrough = partial(handlers.passthrough, ctx, decided[responses.WIRE.path])
+    passthrough = handlers.Relayed(ctx, decided[responses.WIRE.path])
     routes.append(Route("/v1/{rest:path}", passthrough, methods=PROXY_METHODS))
     return App(app, lean, ctx)
 

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from starlette.requests import Request
 from starlette.types import Scope
 
 from . import messages
@@ -40,6 +39,7 @@ from .wire import Wire
 REQUEST_DROP = frozenset({"host", "content-length", "expect", MODE_HEADER})
 KEY_HEADERS = frozenset({"authorization", "api-key", "x-api-key"})
 DIALECT_KEY = "spillguard.anthropic"  # where a request's dialect is kept in its scope
+VERSION = messages.VERSION_HEADER.decode("latin-1")
 READY_FOR = 5.0  # seconds a readiness probe's answer is reused
 ErrorBody = Callable[[SpillguardError], bytes]
 
@@ -49,8 +49,7 @@ def speaks_anthropic(scope: Scope) -> bool:
     kept in its scope."""
     known: bool | None = scope.get(DIALECT_KEY)
     if known is None:
-        path = scope.get("path", "")
-        known = path == messages.ROUTE or path.startswith(messages.ROUTE + "/")
+        known = _anthropic_path(scope.get("path", ""))
         if not known:
             version = messages.VERSION_HEADER
             known = any(name == version for name, _ in scope.get("headers", ()))
@@ -58,9 +57,26 @@ def speaks_anthropic(scope: Scope) -> bool:
     return known
 
 
+def _anthropic_path(path: str) -> bool:
+    return path == messages.ROUTE or path.startswith(messages.ROUTE + "/")
+
+
 def error_body_for(scope: Scope) -> ErrorBody:
     """spillguard's own errors, in the shape of the API the client speaks."""
     return messages.error_body if speaks_anthropic(scope) else SpillguardError.json_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """What a request's scope says (`Context.incoming`)."""
+
+    mount: str  # the named upstream it goes to
+    target: Target  # the mount, and whether to its Anthropic base
+    upstream: Upstream  # the target's
+    request_id: str  # the client's x-request-id (its first 128 characters), or a new one
+    declared: str  # its Content-Length as sent ('' without one)
+    asks_mode: bool  # it sends x-spillguard-mode
+    headers: dict[str, str]  # what goes upstream
 
 
 @dataclass
@@ -94,6 +110,7 @@ class Context:
     _loosening: tuple[bytes, ...] = field(init=False)
     # Per mount: its targets, made once (the Anthropic one None without an Anthropic base).
     _targets: dict[str, tuple[Target, Target | None]] = field(init=False)
+    mode: str = field(init=False)  # the options' mode, a request's until its policy is known
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -103,6 +120,7 @@ class Context:
             for name, m in self.mounts.items()
         }
         self.rules = Rules(s)
+        self.mode = s.mode.value
         self._loosening = tuple(k.get_secret_value().encode() for k in s.loosening_keys)
         self._targets = {}
         for name, m in self.mounts.items():
@@ -118,43 +136,36 @@ class Context:
     def upstreams(self) -> list[Upstream]:
         return [u for m in self.mounts.values() for _, u in m.targets()]
 
-    def mount_for(self, scope: Scope) -> Mount:
-        return self.mounts[mount_name(scope)]
-
-    def target(self, request: Request) -> Target:
-        """The mount a request goes to, and whether to its Anthropic base."""
-        plain, anthropic = self._targets[mount_name(request.scope)]
-        return anthropic if anthropic is not None and speaks_anthropic(request.scope) else plain
+    def incoming(self, scope: Scope) -> Incoming:
+        """What a request's scope says, its headers read once: where it goes, its request id,
+        its declared length, whether it asks for a mode, and the headers that go upstream
+        (end-to-end ones only, with the request id and the key spillguard injects, in the
+        header the client's API uses for it)."""
+        name = mount_name(scope)
+        mount = self.mounts[name]
+        headers, rid, declared, versioned, asks = _read(scope["headers"], self._drop[name])
+        anthropic: bool | None = scope.get(DIALECT_KEY)
+        if anthropic is None:
+            anthropic = scope[DIALECT_KEY] = versioned or _anthropic_path(scope.get("path", ""))
+        plain, other = self._targets[name]
+        target = other if other is not None and anthropic else plain
+        key = mount.key
+        if key is not None and anthropic:
+            headers["x-api-key"] = key.get_secret_value()
+        elif key is not None:
+            headers["authorization"] = f"Bearer {key.get_secret_value()}"
+        rid = rid or f"sg-{secrets.token_hex(16)}"
+        headers["x-request-id"] = rid
+        upstream = mount.anthropic if target.anthropic and mount.anthropic else mount.upstream
+        return Incoming(name, target, upstream, rid, declared, asks, headers)
 
     def decisions(self, wire: Wire) -> dict[Target, Decision]:
-        """One decision of `wire` per target: pick a request's with `target(request)`."""
+        """One decision of `wire` per target: pick a request's by its `incoming(scope).target`."""
         return {
             t: Decision(self.settings, up, wire)
             for m in self.mounts.values()
             for t, up in m.targets()
         }
-
-    def goes_anthropic(self, request: Request) -> bool:
-        return self.target(request).anthropic
-
-    def upstream_for(self, request: Request) -> Upstream:
-        mount = self.mount_for(request.scope)
-        if mount.anthropic is not None and speaks_anthropic(request.scope):
-            return mount.anthropic
-        return mount.upstream
-
-    def upstream_headers(self, request: Request, outcome: Outcome) -> dict[str, str]:
-        """The client's headers as they go upstream: end-to-end ones only, with the request id
-        and the key spillguard injects, in the header the client's API uses for it."""
-        mount = self.mount_for(request.scope)
-        headers = request_end_to_end(request.scope["headers"], self._drop[mount.name])
-        key = mount.key
-        if key is not None and speaks_anthropic(request.scope):
-            headers["x-api-key"] = key.get_secret_value()
-        elif key is not None:
-            headers["authorization"] = f"Bearer {key.get_secret_value()}"
-        headers["x-request-id"] = outcome.request_id
-        return headers
 
     def policy_for(
         self, headers: Mapping[str, str], model: str | None, upstream: str = DEFAULT_UPSTREAM
@@ -178,11 +189,6 @@ class Context:
         for key in self._loosening:  # compare with every key: the time taken says nothing
             ok |= hmac.compare_digest(presented, key)
         return ok
-
-    def outcome_for(self, request: Request, route: str) -> Outcome:
-        rid = request_id(request.scope["headers"])
-        mode = self.settings.mode.value
-        return Outcome(rid, route, mode, upstream=mount_name(request.scope))
 
     async def ready(self) -> Readiness:
         """Every upstream probed at most every `READY_FOR` seconds: a mount is ready when all
@@ -218,15 +224,38 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> str:
 def request_end_to_end(headers: list[tuple[bytes, bytes]], drop: frozenset[str]) -> dict[str, str]:
     """`upstream.end_to_end` of a request's raw ASGI headers, each value as the client's bytes
     meant it: UTF-8 when they are, else Latin-1 (aiohttp encodes what it sends as UTF-8)."""
+    return _read(headers, drop)[0]
+
+
+def _read(
+    headers: list[tuple[bytes, bytes]], drop: frozenset[str]
+) -> tuple[dict[str, str], str | None, str, bool, bool]:
+    """One pass over a request's raw headers: `request_end_to_end`'s headers; the client's
+    request id (as `request_id` reads it; None without one); its first Content-Length as sent
+    ('' without one) and whether it sends x-spillguard-mode, when `drop` holds them; and
+    whether it sends anthropic-version."""
     named: frozenset[str] = frozenset()
     raw: dict[str, bytes] = {}
+    rid: str | None = None
+    declared: str | None = None
+    versioned = asks = False
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1").lower()
         if name in HOP_BY_HOP or name in drop:
             if name == "connection":
                 more = raw_value.decode("latin-1").split(",")
                 named = named | {t.strip().lower() for t in more}
+            elif name == "content-length":
+                if declared is None:
+                    declared = raw_value.decode("latin-1")
+            elif name == MODE_HEADER:
+                asks = True
             continue
+        if name == "x-request-id":
+            if rid is None and raw_value:
+                rid = raw_value.decode("latin-1")[:128]
+        elif name == VERSION:
+            versioned = True
         # Repeated: joined as HTTP allows (a request has no Set-Cookie), before decoding.
         raw[name] = raw[name] + b", " + raw_value if name in raw else raw_value
     out: dict[str, str] = {}
@@ -237,7 +266,7 @@ def request_end_to_end(headers: list[tuple[bytes, bytes]], drop: frozenset[str])
             out[name] = value.decode()
         except UnicodeDecodeError:
             out[name] = value.decode("latin-1")
-    return out
+    return out, rid, declared or "", versioned, asks
 
 
 def _presented_key(headers: Mapping[str, str]) -> bytes:

@@ -1,4 +1,6 @@
-"""The request handlers: module-level functions of an explicit `Context` and a request.
+"""The request handlers, of an explicit `Context`: the service routes (functions of a request),
+and the `/v1` routes (ASGI apps, `Inspected` and `Relayed`, which read what they need of the raw
+scope once, `Context.incoming`).
 
 `asgi.py` binds them to routes. An inspected route reads the body, decides whether it can be
 inspected at all, and hands the exchange to its wire's `Decision` (the one for the upstream the
@@ -9,17 +11,20 @@ ways. Each request's `Outcome` is recorded exactly once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
 
 from . import jsonread
+from .answer import Whole, respond
 from .chains import Chains, Lookup
-from .context import Context, ErrorBody, error_body_for, response_ids
+from .context import Context, ErrorBody, Incoming, error_body_for, response_ids
 from .detect import declared_tools
 from .downstream import ClientGone, read_body, until_disconnect
 from .errors import ClientError, SpillguardError
@@ -27,7 +32,6 @@ from .eventstream import EventStream
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .mounts import Target
 from .outcome import Outcome
-from .policy import MODE_HEADER
 from .proxy import (
     REFRAMED,
     Decision,
@@ -39,8 +43,9 @@ from .proxy import (
 )
 from .upstream import Upstream, end_to_end
 
-RAW_MODE_HEADER = MODE_HEADER.encode()
 NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+# What a route answers with: a Starlette response, or a `Whole` one.
+Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # ---- the service routes ----------------------------------------------------------------------
 
@@ -62,55 +67,72 @@ async def metrics(ctx: Context, request: Request) -> Response:
 # ---- inspected routes ------------------------------------------------------------------------
 
 
-async def inspected(
-    ctx: Context, decisions: Mapping[Target, Decision], request: Request
-) -> Response:
-    """A route whose replies are inspected (chat completions, responses, messages), through
-    its wire's decision for the upstream the request goes to (`Context.target`)."""
-    decision = decisions[ctx.target(request)]
-    outcome = ctx.outcome_for(request, decision.wire.route)
-    ctx.observer.trace(request.scope, outcome)
-    work = _inspect(ctx, decision, request, outcome)
-    return await _handled(ctx, request, outcome, work, decision.wire.error_body)
+class Inspected:
+    """The ASGI app of a route whose replies are inspected (chat completions, responses,
+    messages), through its wire's decision for the target the request goes to."""
+
+    __slots__ = ("ctx", "decisions")
+
+    def __init__(self, ctx: Context, decisions: Mapping[Target, Decision]) -> None:
+        self.ctx = ctx
+        self.decisions = decisions
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctx = self.ctx
+        came = ctx.incoming(scope)
+        decision = self.decisions[came.target]
+        outcome = Outcome(came.request_id, decision.wire.route, ctx.mode, upstream=came.mount)
+        ctx.observer.trace(scope, outcome)
+        work = _inspect(ctx, decision, scope, receive, came, outcome)
+        response = await _handled(ctx, scope, outcome, work, decision.wire.error_body)
+        await response(scope, receive, send)
 
 
 async def _inspect(
-    ctx: Context, decision: Decision, request: Request, outcome: Outcome
-) -> Response:
+    ctx: Context,
+    decision: Decision,
+    scope: Scope,
+    receive: Receive,
+    came: Incoming,
+    outcome: Outcome,
+) -> Answer:
     s = ctx.settings
-    body = await read_body(request.receive, _declared(request), s.max_body, s.read_timeout)
-    url = decision.url(_query(request))
+    body = await read_body(receive, came.declared, s.max_body, s.read_timeout)
+    url = decision.url(_query(scope))
     obj = _parse(body)
     tools = declared_tools(obj)
-    headers = ctx.upstream_headers(request, outcome)
     if isinstance(obj, dict):
         model = obj.get("model")
         outcome.describe(model if isinstance(model, str) else None, obj.get("stream") is True)
-    # Before forwarding too: a bad x-spillguard-mode is refused even without tools.
-    policy = ctx.policy_for(_mode_headers(request), outcome.model, outcome.upstream)
+    # Before forwarding too: a bad x-spillguard-mode is refused even without tools. Without
+    # the header, the policy reads none, so most requests build no `Headers`.
+    mode_headers = Headers(scope=scope) if came.asks_mode else NO_HEADERS
+    policy = ctx.policy_for(mode_headers, outcome.model, outcome.upstream)
     outcome.mode = policy.mode.value
     if not isinstance(obj, dict) or not tools.declared:
         if isinstance(obj, dict):  # a next turn without tools may still name a splice
             body = decision.chains.request(body, obj)[0]
-        return await _forward(ctx, decision.upstream, request, outcome, url, headers, body)
-    ex = Exchange("POST", url, headers, body, obj, tools, outcome, policy)
+        return await _forward(ctx, came.upstream, scope, receive, outcome, url, came.headers, body)
+    ex = Exchange("POST", url, came.headers, body, obj, tools, outcome, policy)
     if outcome.stream:
-        return await _streamed(ctx, decision, request, ex)
-    status, rheaders, data = await until_disconnect(request.receive, decision.reply(ex))
+        return await _streamed(ctx, decision, scope, receive, ex)
+    status, rheaders, data = await until_disconnect(receive, decision.reply(ex))
     outcome.answered(status)
     rheaders.update(action_headers(outcome))  # the decision's own dict, made for this reply
-    return respond(Response(data, status), response_ids(request.scope, rheaders, outcome))
+    return Whole(status, response_ids(scope, rheaders, outcome), data)
 
 
-async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exchange) -> Response:
+async def _streamed(
+    ctx: Context, decision: Decision, scope: Scope, receive: Receive, ex: Exchange
+) -> Answer:
     agen = decision.stream(ex)
     try:
-        head = await until_disconnect(request.receive, anext(agen))
+        head = await until_disconnect(receive, anext(agen))
     except BaseException:
         await agen.aclose()
         raise
     assert isinstance(head, Head)
-    headers = response_ids(request.scope, head.headers, ex.outcome)
+    headers = response_ids(scope, head.headers, ex.outcome)
 
     async def rest() -> AsyncIterator[bytes]:
         try:
@@ -147,71 +169,92 @@ async def _streamed(ctx: Context, decision: Decision, request: Request, ex: Exch
 # ---- everything else under /v1 ---------------------------------------------------------------
 
 
-async def passthrough(
-    ctx: Context, responses: Mapping[Target, Decision], request: Request
-) -> Response:
-    """`responses`: the Responses wire's decisions, whose chains know the spliced responses."""
-    outcome = ctx.outcome_for(request, "other")
-    ctx.observer.trace(request.scope, outcome)
-    work = _pass(ctx, responses[ctx.target(request)].chains, request, outcome)
-    return await _handled(ctx, request, outcome, work, error_body_for(request.scope))
+class Relayed:
+    """The ASGI app of every other /v1 path, relayed untouched. `responses`: the Responses
+    wire's decisions, whose chains know the spliced responses."""
+
+    __slots__ = ("ctx", "responses")
+
+    def __init__(self, ctx: Context, responses: Mapping[Target, Decision]) -> None:
+        self.ctx = ctx
+        self.responses = responses
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctx = self.ctx
+        came = ctx.incoming(scope)
+        outcome = Outcome(came.request_id, "other", ctx.mode, upstream=came.mount)
+        ctx.observer.trace(scope, outcome)
+        chains = self.responses[came.target].chains
+        work = _pass(ctx, chains, scope, receive, came, outcome)
+        response = await _handled(ctx, scope, outcome, work, error_body_for(scope))
+        await response(scope, receive, send)
 
 
-async def _pass(ctx: Context, chains: Chains, request: Request, outcome: Outcome) -> Response:
+async def _pass(
+    ctx: Context,
+    chains: Chains,
+    scope: Scope,
+    receive: Receive,
+    came: Incoming,
+    outcome: Outcome,
+) -> Answer:
     s = ctx.settings
-    raw_rest = request.scope.get("raw_path", b"").decode("latin-1").split("/v1/", 1)[-1]
-    upstream = ctx.upstream_for(request)
-    url = upstream.url(raw_rest, _query(request))
-    headers = ctx.upstream_headers(request, outcome)
-    declared = _declared(request)
+    raw_rest = scope.get("raw_path", b"").decode("latin-1").split("/v1/", 1)[-1]
+    method: str = scope["method"]
+    query = _query(scope)
+    upstream = came.upstream
+    url = upstream.url(raw_rest, query)
+    declared = came.declared
     if declared.isdigit() and int(declared) > s.max_body:
         raise ClientError(413, "REQUEST_TOO_LARGE", "Request body too large")
     body: Any = None
-    if request.method not in ("GET", "HEAD", "OPTIONS") or declared:
-        body = await read_body(request.receive, declared, s.max_body, s.read_timeout)
-    lookup = chains.lookup(request.method, raw_rest, _query(request))
+    if method not in ("GET", "HEAD", "OPTIONS") or declared:
+        body = await read_body(receive, declared, s.max_body, s.read_timeout)
+    lookup = chains.lookup(method, raw_rest, query)
     if lookup is not None:
-        return await _looked_up(ctx, upstream, request, outcome, headers, lookup)
-    response = await _forward(ctx, upstream, request, outcome, url, headers, body)
-    chains.passed(request.method, raw_rest, response.status_code)
+        return await _looked_up(ctx, upstream, scope, receive, outcome, came.headers, lookup)
+    response = await _forward(ctx, upstream, scope, receive, outcome, url, came.headers, body)
+    chains.passed(method, raw_rest, response.status_code)
     return response
 
 
 async def _looked_up(
     ctx: Context,
     upstream: Upstream,
-    request: Request,
+    scope: Scope,
+    receive: Receive,
     outcome: Outcome,
     headers: dict[str, str],
     lookup: Lookup,
-) -> Response:
+) -> Answer:
     """A GET of a spliced response: the retry's response, as the client received it."""
-    url = upstream.url(lookup.rest, _query(request))
+    url = upstream.url(lookup.rest, _query(scope))
     opening = open_upstream(upstream, outcome, "GET", url, headers, None, decode=True)
-    async with await until_disconnect(request.receive, opening) as reply:
-        data = await until_disconnect(request.receive, reply.read(ctx.settings.max_reply))
+    async with await until_disconnect(receive, opening) as reply:
+        data = await until_disconnect(receive, reply.read(ctx.settings.max_reply))
     outcome.answered(reply.status)
     drop = REFRAMED
     if reply.identity:
         data = lookup.reply(reply.status, data)
     else:  # compressed in a way spillguard cannot read: passed as it came
         drop = frozenset({"content-length"})
-    rheaders = response_ids(request.scope, end_to_end(reply.headers, drop), outcome)
-    return respond(Response(data, reply.status), rheaders)
+    rheaders = response_ids(scope, end_to_end(reply.headers, drop), outcome)
+    return Whole(reply.status, rheaders, data)
 
 
 async def _forward(
     ctx: Context,
     upstream: Upstream,
-    request: Request,
+    scope: Scope,
+    receive: Receive,
     outcome: Outcome,
     url: str,
     headers: dict[str, str],
     body: Any,
 ) -> Response:
     """Pass a request through untouched, streaming both ways."""
-    opening = open_upstream(upstream, outcome, request.method, url, headers, body)
-    reply = await until_disconnect(request.receive, opening)
+    opening = open_upstream(upstream, outcome, scope["method"], url, headers, body)
+    reply = await until_disconnect(receive, opening)
     outcome.answered(reply.status)
 
     async def relay() -> AsyncIterator[bytes]:
@@ -225,7 +268,7 @@ async def _forward(
             reply.close()
             ctx.observer.record(outcome)
 
-    rheaders = response_ids(request.scope, end_to_end(reply.headers), outcome)
+    rheaders = response_ids(scope, end_to_end(reply.headers), outcome)
 
     async def done() -> None:  # async: on the event loop, never in a thread
         ctx.observer.record(outcome)
@@ -240,11 +283,11 @@ async def _forward(
 
 async def _handled(
     ctx: Context,
-    request: Request,
+    scope: Scope,
     outcome: Outcome,
-    work: Awaitable[Response],
+    work: Awaitable[Answer],
     error_body: ErrorBody,
-) -> Response:
+) -> Answer:
     """Run a route: spillguard's own errors become their error response (`error_body` writes
     it, in the route's API shape), a client that left is a 499, and the outcome is recorded
     once (a streamed body records when it ends)."""
@@ -252,7 +295,7 @@ async def _handled(
         return await work
     except SpillguardError as error:
         outcome.failed(error.code, error.status)
-        headers = response_ids(request.scope, error_headers(ctx.settings, error), outcome)
+        headers = response_ids(scope, error_headers(ctx.settings, error), outcome)
         return error_response(error, headers, error_body)
     except ClientGone:
         outcome.client_gone()
@@ -270,37 +313,9 @@ def error_response(
     return Response(error_body(error), error.status, headers=headers, media_type="application/json")
 
 
-def respond(response: Response, headers: dict[str, str]) -> Response:
-    """Put relayed headers on a response, each Set-Cookie value on a line of its own."""
-    raw = response.raw_headers
-    for name, value in headers.items():
-        if name == "set-cookie":
-            raw.extend((b"set-cookie", v.encode("latin-1")) for v in value.split("\n"))
-        else:
-            raw.append((name.encode("latin-1"), value.encode("latin-1")))
-    return response
-
-
-def _declared(request: Request) -> str:
-    """The request's Content-Length as sent ('' without one), read from the raw headers."""
-    for name, value in request.scope["headers"]:
-        if name == b"content-length":
-            return cast(bytes, value).decode("latin-1")
-    return ""
-
-
-def _mode_headers(request: Request) -> Mapping[str, str]:
-    """The headers `Context.policy_for` reads: none unless the request sends x-spillguard-mode
-    (without it, the policy reads no header), so most requests build no `Headers`."""
-    for name, _ in request.scope["headers"]:
-        if name == RAW_MODE_HEADER:
-            return request.headers
-    return NO_HEADERS
-
-
-def _query(request: Request) -> str:
+def _query(scope: Scope) -> str:
     """The request's query string, as `request.url.query` has it (without building the URL)."""
-    return cast(bytes, request.scope.get("query_string", b"")).decode("latin-1")
+    return cast(bytes, scope.get("query_string", b"")).decode("latin-1")
 
 
 def _parse(body: bytes) -> Any:

@@ -37,6 +37,9 @@ def uvicorn_config(settings: Settings, **kw: Any) -> dict[str, Any]:
         "timeout_graceful_shutdown": settings.graceful_timeout,
         "server_header": False,
         "date_header": False,
+        # Nothing here reads the client's address or scheme, which is all uvicorn's
+        # X-Forwarded-For handling would rewrite (about 2 µs a request, for each request).
+        "proxy_headers": False,
         **kw,
     }
 
