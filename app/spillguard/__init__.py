@@ -16,11 +16,12 @@ everything else to FastAPI (the service routes, and every other /v1 path relayed
 `context.py` also decides a request's dialect (a request with `anthropic-version`, or under
 /v1/messages, goes to the Anthropic upstream and gets errors in that shape) and its policy
 (`policy.py`: mode, hold limit, corrections; `rules.py`: the first `[[rules]]` entry matching its
-upstream and model, then its `x-spillguard-mode`). `handlers.py` holds the handlers as
-module-level functions of that context: read the body (`downstream.py`: the body under its
-deadline, and watching for the client to leave), parse it (`jsonread.py`), decide whether it can
-be inspected, hand it to the wire's `proxy.Decision`, and turn what comes back into a response
-(`eventstream.py` for a stream).
+upstream and model, then its `x-spillguard-mode`); `Context.incoming` reads all a request's
+scope says in one pass. `handlers.py` holds the handlers of that context (the /v1 routes as ASGI
+apps): read the body (`downstream.py`: the body under its deadline, and watching for the client
+to leave), parse it (`jsonread.py`), decide whether it can be inspected, hand it to the wire's
+`proxy.Decision`, and turn what comes back into a response (`answer.py` for a whole one,
+`eventstream.py` for a stream).
 
 Decision. `proxy.py` sends the request upstream (`exchange.py`: one request's exchanges and the
 headers its response carries), asks the wire for a finding, and passes, repairs, retries once or
