@@ -2,8 +2,9 @@
 behind it do: the same status, headers and bytes to the client, and the same requests upstream.
 
 Two servers on loopback run the same application; in one the lean table is emptied, so every
-request takes the FastAPI routes (the path before the lean one existed). Each case is sent to
-both, with the same scripted upstream replies, and everything observable is compared.
+request takes the FastAPI routes (which mount the same ASGI apps behind FastAPI's middleware and
+routing). Each case is sent to both, with the same scripted upstream replies, and everything
+observable is compared.
 """
 
 from __future__ import annotations
