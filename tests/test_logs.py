@@ -1,4 +1,5 @@
-"""`logs.write`: the line it writes straight to the stream is the line `Logger.log` writes."""
+"""`logs.write`: the line it writes straight to the stream is the line `Logger.log` writes - and
+`logs.write_of`'s, made from fields written straight, the line of their dict."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import logging
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spillguard.logs import ConsoleFormatter, JsonFormatter, setup_logging, write
+from spillguard.logs import ConsoleFormatter, JsonFormatter, setup_logging, write, write_of
 from spillguard.outcome import Action
 from spillguard.redact import Redactor
 from spillguard.settings import Settings
@@ -266,3 +268,71 @@ def test_the_json_line_is_its_plainest_reading(fields: dict[str, Any]) -> None:
     redact = Redactor(["my-own-proxy-key"])
     line = JsonFormatter(redact).line("INFO", "request", fields, 1764600000.1234, "spillguard")
     assert line == reference_json_line(redact, fields)
+
+
+class Written:
+    """Fields (`logs.Fields`) of a dict of non-empty strings and ints, written straight as the
+    formatters would write them; counts the dicts asked for."""
+
+    def __init__(self) -> None:
+        self.dicts = 0
+
+    def fields(self, about: dict[str, Any]) -> dict[str, Any]:
+        self.dicts += 1
+        return about
+
+    def console(self, about: dict[str, Any]) -> str:
+        return "".join(f" {k}={v}" for k, v in about.items())
+
+    def json(self, about: dict[str, Any]) -> str:
+        return "".join(
+            ", " + json.dumps({k: v}, ensure_ascii=False)[1:-1] for k, v in about.items()
+        )
+
+
+PLAIN = st.one_of(
+    st.integers(),
+    st.sampled_from(["chat", "sk-abcdefghij12", "Bearer abcdef123456", "my-own-proxy-key"]),
+    st.text(min_size=1, max_size=10),
+    st.text(st.characters(codec="ascii"), min_size=1, max_size=10),
+)
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([logging.DEBUG, logging.INFO, logging.WARNING, logging.CRITICAL, 25]),
+    st.sampled_from(["request", "refused", 'a "quoted"\\ msg\n', "ſk-abcdefghij1"]),
+    st.dictionaries(st.text(max_size=6), PLAIN, max_size=6),
+)
+def test_fields_written_straight_make_the_line_of_their_dict(
+    log_format: str, level: int, msg: str, fields: dict[str, Any]
+) -> None:
+    written = Written()
+    handlers, old_level, propagate = LOGGER.handlers[:], LOGGER.level, LOGGER.propagate
+    stream = _setup(log_format)
+    try:
+        with mock.patch("time.time", return_value=1764600000.123456):
+            LOGGER.log(level, msg, extra={"fields": fields})
+            logged = stream.getvalue()
+            stream.seek(0)
+            stream.truncate()
+            write_of(LOGGER, level, msg, written, fields)
+    finally:
+        LOGGER.handlers[:], LOGGER.propagate = handlers, propagate
+        LOGGER.setLevel(old_level)
+    assert stream.getvalue() == logged
+    # Only a JSON line with something to redact is made again from the dict.
+    names = {"ts": 0, "level": logging.getLevelName(level).lower(), "logger": "spillguard"}
+    unredacted = json.dumps({**names, "msg": msg, **fields}, ensure_ascii=False)
+    redacts = not Redactor(["my-own-proxy-key"]).finds_nothing(unredacted)
+    assert written.dicts == (log_format == "json" and redacts)
+
+
+def test_any_other_arrangement_gets_the_dict_of_fields_written_straight(restored: None) -> None:
+    stream = _setup("json")
+    seen = Seen()
+    LOGGER.addHandler(seen)
+    write_of(LOGGER, logging.INFO, "request", Written(), {"a": 1})
+    assert [r.fields for r in seen.records] == [{"a": 1}]  # type: ignore[attr-defined]
+    assert json.loads(stream.getvalue())["a"] == 1

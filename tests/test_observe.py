@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import re
 import sqlite3
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from spillguard.logs import ConsoleFormatter, JsonFormatter
-from spillguard.outcome import Outcome
+from spillguard.logs import ConsoleFormatter, JsonFormatter, setup_logging
+from spillguard.observe import REQUEST, Observer
+from spillguard.outcome import Action, Irregularity, Leak, Outcome
 from spillguard.redact import Redactor
 from spillguard.scripted import Raw, Turn
+from spillguard.settings import Settings
 from tests.conftest import chat_body
 from tests.samples import DSML, HERMES, HONEST, REAL
 
@@ -341,3 +350,280 @@ async def test_canary_key_appears_nowhere(harness: Any, lines: Lines, tmp_path: 
 def test_json_formatter_output_is_one_line() -> None:
     record = _record("request", {"excerpt": "line one\nline two"})
     assert "\n" not in JsonFormatter().format(record)
+
+
+# ---- the request line ------------------------------------------------------------------------
+
+LOGGER = logging.getLogger("spillguard")
+
+
+def reference_fields(outcome: Outcome, settings: Settings) -> dict[str, Any]:
+    """The request line's fields by their plainest reading: every field of the outcome, then
+    its findings (where the leak level is logged) and anomalies."""
+    fields: dict[str, Any] = {
+        "request_id": outcome.request_id,
+        "route": outcome.route,
+        "mode": outcome.mode,
+        "upstream": outcome.upstream,
+        "stream": outcome.stream,
+        "model": outcome.model,
+        "status": outcome.status,
+        "family": outcome.family,
+        "tool_name": outcome.tool_name,
+        "attempts": outcome.attempts,
+        "error": outcome.error,
+        "upstream_calls": outcome.upstream_calls,
+        "outcome": outcome.action.value,
+        "upstream_status": outcome.upstream_statuses[-1] if outcome.upstream_statuses else None,
+        "upstream_ms": outcome.upstream_ms,
+        "added_ms": round(max(outcome.total_ms - outcome.upstream_ms, 0.0), 2),
+        "total_ms": outcome.total_ms,
+    }
+    if outcome.findings and LOGGER.isEnabledFor(logging.getLevelName(settings.leak_log_level)):
+        limit = settings.excerpt_limit
+        fields["findings"] = []
+        for f in outcome.findings:
+            found: dict[str, Any] = {
+                "family": f.family,
+                "tool_name": f.tool_name,
+                "attempt": f.attempt,
+                "excerpt": f.excerpt[:limit],
+            }
+            if f.repaired is not None:
+                found["repaired"] = f.repaired[:limit]
+            fields["findings"].append(found)
+    if outcome.anomalies:
+        fields["anomalies"] = [
+            {"kind": a.kind, "tool_name": a.tool_name, "attempt": a.attempt}
+            for a in outcome.anomalies
+        ]
+    return fields
+
+
+@contextmanager
+def logged_to(settings: Settings) -> Iterator[io.StringIO]:
+    """The spillguard logger set up for these settings, writing to the stream yielded (and as
+    it was afterwards); `time.time` stands still, so JSON lines made apart can be compared."""
+    handlers, level, propagate = LOGGER.handlers[:], LOGGER.level, LOGGER.propagate
+    setup_logging(settings)
+    stream = io.StringIO()
+    handler = LOGGER.handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+    try:
+        with mock.patch("time.time", return_value=1764600000.123456):
+            yield stream
+    finally:
+        LOGGER.handlers[:], LOGGER.propagate = handlers, propagate
+        LOGGER.setLevel(level)
+
+
+def _taken(stream: io.StringIO) -> str:
+    text = stream.getvalue()
+    stream.seek(0)
+    stream.truncate()
+    return text
+
+
+def _result(run: Callable[[], None], stream: io.StringIO) -> tuple[str, str]:
+    try:
+        run()
+    except Exception as exc:  # values no line can be made of fail either way
+        _taken(stream)
+        return "error", type(exc).__name__
+    return "line", _taken(stream)
+
+
+class Odd:
+    """A value equal to everything: shown or not as its comparisons say."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return "odd"
+
+
+class Text(str):
+    pass
+
+
+TEXT = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "chat",
+            "sg-0123456789abcdef0123456789abcdef",
+            "gpt-4o-mini",
+            "sk-abcdefghij12",
+            "Bearer abcdef123456",
+            "my-own-proxy-key",
+            "bearer",
+            'say "hi"\\',
+            "two\nlines\t\x00",
+            "héllo ſk-abcdefghij1",
+        ]
+    ),
+    st.text(st.characters(codec="ascii"), max_size=12),  # most lines: nothing to redact
+    st.text(max_size=12),
+)
+NUMBER = st.one_of(st.integers(-3, 600), st.integers())
+MS = st.one_of(
+    st.floats(0, 10_000).map(lambda ms: round(ms, 2)),
+    st.sampled_from([-0.0, float("inf"), -float("inf"), float("nan"), 1e308, -1e308]),
+    st.floats(),
+)
+# Of an unusual type: each line is made from the dict, and comes out the same.
+ODD = st.sampled_from(
+    [HTTPStatus.OK, Action.PASSED, Text("x"), Text(""), b"", 0, 1.5, -0.0, True, [], (), Odd()]
+)
+
+
+def outcomes(odd: bool) -> st.SearchStrategy[Outcome]:
+    """Outcomes with values of their usual types - or, with `odd`, of any."""
+
+    def maybe(usual: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.one_of(usual, ODD) if odd else usual
+
+    text, optional = maybe(TEXT), maybe(st.none() | TEXT)
+    leak = st.builds(
+        Leak, TEXT, st.none() | TEXT, st.integers(1, 3), TEXT, repaired=st.none() | TEXT
+    )
+    irregularity = st.builds(Irregularity, TEXT, st.none() | TEXT, st.integers(1, 3))
+    return st.builds(
+        Outcome,
+        request_id=text,
+        route=text,
+        mode=text,
+        upstream=text,
+        stream=maybe(st.booleans()),
+        model=optional,
+        action=st.sampled_from(Action),
+        status=maybe(NUMBER),
+        family=optional,
+        tool_name=optional,
+        attempts=maybe(NUMBER),
+        error=optional,
+        upstream_ms=maybe(MS),
+        total_ms=maybe(MS),
+        upstream_calls=maybe(NUMBER),
+        upstream_statuses=st.lists(maybe(NUMBER), max_size=3),
+        # Mostly none: a line with either is made from the dict.
+        findings=st.lists(leak, max_size=2) if odd else st.just([]),
+        anomalies=st.lists(irregularity, max_size=2) if odd else st.just([]),
+    )
+
+
+OBSERVERS: dict[tuple[str, str], tuple[Settings, Observer]] = {}
+
+
+def assert_the_line_of_its_fields(log_format: str, leak_log_level: str, outcome: Outcome) -> None:
+    """The outcome's line is the one `Logger.log` writes of its fields."""
+    if (log_format, leak_log_level) not in OBSERVERS:
+        sets = Settings(
+            log_format=log_format,
+            log_level="INFO",
+            leak_log_level=leak_log_level,
+            excerpt_limit=5,
+            incidents_db="",
+            proxy_keys=["my-own-proxy-key"],
+        )
+        OBSERVERS[log_format, leak_log_level] = sets, Observer(sets)
+    sets, observer = OBSERVERS[log_format, leak_log_level]
+    with logged_to(sets) as stream:
+        got = _result(lambda: observer._log(outcome), stream)
+        level = logging.INFO
+        if outcome.findings or outcome.anomalies:
+            level = max(logging.getLevelName(leak_log_level), logging.INFO)
+
+        def logged() -> None:
+            LOGGER.log(level, "request", extra={"fields": reference_fields(outcome, sets)})
+
+        assert got == _result(logged, stream)
+        # Exactly its line, and in JSON one line however many the values hold.
+        assert got[0] == "error" or got[1].endswith("\n")
+        assert got[0] == "error" or log_format == "console" or got[1].count("\n") == 1
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+@settings(max_examples=600, deadline=None)
+@given(
+    st.sampled_from(["INFO", "WARNING", "ERROR"]),
+    st.one_of(outcomes(odd=False), outcomes(odd=True)),
+)
+def test_the_request_line_is_the_line_of_its_fields(
+    log_format: str, leak_log_level: str, outcome: Outcome
+) -> None:
+    """Whatever the outcome holds, its line is the one `Logger.log` writes of its fields:
+    every line is made from the dict but those of the usual types, made straight."""
+    assert_the_line_of_its_fields(log_format, leak_log_level, outcome)
+
+
+def _edge(**values: Any) -> Outcome:
+    outcome = Outcome("sg-1", "chat", "retry", model="m", upstream_ms=0.5, total_ms=1.25)
+    outcome.upstream_statuses.append(200)
+    for name, value in values.items():
+        setattr(outcome, name, value)
+    return outcome
+
+
+INF = float("inf")
+EDGES = [
+    _edge(),
+    _edge(upstream_statuses=[]),
+    _edge(upstream_statuses=[500, 0]),
+    _edge(model="", error="", family="", tool_name=""),
+    _edge(model=None, error="UPSTREAM_UNAVAILABLE", family="hermes", tool_name="f"),
+    _edge(status=0, attempts=0, upstream_calls=0, stream=True),
+    _edge(request_id="", route=""),
+    _edge(upstream_ms=INF),
+    _edge(upstream_ms=-INF),
+    _edge(total_ms=-INF),
+    _edge(total_ms=INF),
+    _edge(total_ms=float("nan")),
+    _edge(upstream_ms=-1e308, total_ms=1e308),
+    _edge(upstream_ms=-0.0, total_ms=-0.0),
+    _edge(upstream_ms=1, total_ms=3),
+    _edge(upstream_statuses=[HTTPStatus.OK], status=HTTPStatus.BAD_GATEWAY),
+    _edge(model=Text("m"), upstream=Text("")),
+    _edge(stream=1, attempts=True),
+    _edge(upstream_ms=HTTPStatus.OK, total_ms=HTTPStatus.CREATED),
+    _edge(model=b"x"),
+    _edge(route=HTTPStatus.OK, upstream=b""),
+    _edge(error=Odd()),
+    _edge(request_id="sk-abcdefghij12", model="my-own-proxy-key", error="Bearer abcdef123456"),
+    _edge(model="héllo", tool_name='say "hi"\\\n'),
+]
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+@pytest.mark.parametrize("outcome", EDGES)
+def test_edge_outcomes_line_as_their_fields(log_format: str, outcome: Outcome) -> None:
+    assert_the_line_of_its_fields(log_format, "WARNING", outcome)
+
+
+@settings(max_examples=300, deadline=None)
+@given(outcomes(odd=False))
+def test_an_outcome_of_usual_values_is_written_straight(outcome: Outcome) -> None:
+    """The lines made straight are the lines of most outcomes: the test above compares them."""
+    values = [outcome.request_id, outcome.route, outcome.mode, outcome.upstream]
+    up, total = outcome.upstream_ms, outcome.total_ms
+    finite = all(abs(ms) < float("inf") for ms in (up, total, total - up))  # and added_ms
+    assert (REQUEST.json(outcome) is not None) is finite
+    assert (REQUEST.console(outcome) is not None) is (finite and all(values))
+
+
+def test_a_plain_request_line_needs_no_dict(monkeypatch: pytest.MonkeyPatch) -> None:
+    outcome = Outcome("r-1", "chat", "retry", model="m", status=200, upstream_calls=1)
+    outcome.upstream_statuses.append(200)
+    outcome.close()
+    # The dict is for `logger.log` and for lines that need it.
+    monkeypatch.setattr(REQUEST, "fields", lambda outcome: pytest.fail("the dict was made"))
+    lines: dict[str, str] = {}
+    for log_format in ("console", "json"):
+        sets = Settings(log_format=log_format, log_level="INFO", incidents_db="")
+        with logged_to(sets) as stream:
+            Observer(sets)._log(outcome)
+        lines[log_format] = stream.getvalue()
+    assert lines["console"].startswith("info    request request_id=r-1 route=chat mode=retry")
+    assert json.loads(lines["json"])["request_id"] == "r-1"

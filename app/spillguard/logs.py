@@ -10,7 +10,8 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from json.encoder import encode_basestring
+from typing import Any, Protocol, TypeVar
 
 from .redact import Redactor
 from .settings import Settings
@@ -26,6 +27,39 @@ def _exception(record: logging.LogRecord) -> dict[str, str]:
     if record.exc_info[1] is not None and str(record.exc_info[1]):
         out["exc"] = str(record.exc_info[1])[:500]
     return out
+
+
+T = TypeVar("T")
+About = TypeVar("About", contravariant=True)
+
+
+class Fields(Protocol[About]):
+    """How one kind of line gets its fields from what it is about: as the dict `logger.log` is
+    given (any line can be made of it) and, where it can make them straight, as they are
+    written - the console line's text after the message (` key=value` each) and the JSON
+    line's members after "msg" (`, "key": value` each); None where it cannot."""
+
+    def fields(self, about: About) -> dict[str, Any]: ...
+
+    def console(self, about: About) -> str | None: ...
+
+    def json(self, about: About) -> str | None: ...
+
+
+class AsGiven:
+    """Fields given as their dict."""
+
+    def fields(self, about: dict[str, Any]) -> dict[str, Any]:
+        return about
+
+    def console(self, about: dict[str, Any]) -> None:
+        return None
+
+    def json(self, about: dict[str, Any]) -> None:
+        return None
+
+
+AS_GIVEN = AsGiven()
 
 
 class JsonFormatter(logging.Formatter):
@@ -67,6 +101,22 @@ class JsonFormatter(logging.Formatter):
         if self.redact.finds_nothing(text):  # most lines: nothing to redact
             return text
         return self.redact(self.dumps(self.redact.deep(out)))
+
+    def line_of(
+        self, levelname: str, msg: str, fields: Fields[T], about: T, created: float, name: str
+    ) -> str:
+        """`line` of `fields.fields(about)`, from its JSON straight where `fields` makes it."""
+        members = fields.json(about)
+        if members is not None:
+            # What `dumps` makes of the dict `line` would dump (a string is its
+            # `encode_basestring`, a finite float its repr).
+            text = (
+                f'{{"ts": {round(created, 3)!r}, "level": {encode_basestring(levelname.lower())}, '
+                f'"logger": {encode_basestring(name)}, "msg": {encode_basestring(msg)}{members}}}'
+            )
+            if self.redact.finds_nothing(text):
+                return text
+        return self.line(levelname, msg, fields.fields(about), created, name)
 
 
 # The standard levels as a console line starts with them: `f"{levelname.lower():7}"`.
@@ -111,6 +161,14 @@ class ConsoleFormatter(logging.Formatter):
             )
         return self.redact(text)
 
+    def line_of(self, levelname: str, msg: str, fields: Fields[T], about: T) -> str:
+        """`line` of `fields.fields(about)`, from its text straight where `fields` makes it."""
+        text = fields.console(about)
+        if text is None:
+            return self.line(levelname, msg, fields.fields(about))
+        level = LEVELS.get(levelname) or f"{levelname.lower():7}"
+        return self.redact(f"{level} {msg}{text}")
+
 
 FORMATTERS = (ConsoleFormatter, JsonFormatter)  # exactly these: a subclass may format otherwise
 
@@ -120,6 +178,12 @@ def write(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) 
     the logging module's record and handler calls (about half of what a line costs) when
     nothing but one plain stream handler with spillguard's formatter, and no filter, would
     see it; any other arrangement goes through `logger.log`."""
+    write_of(logger, level, msg, AS_GIVEN, fields)
+
+
+def write_of(logger: logging.Logger, level: int, msg: str, fields: Fields[T], about: T) -> None:
+    """`write` of `fields.fields(about)`, each line made as `fields` makes it: only
+    `logger.log` needs the dict."""
     if not logger.isEnabledFor(level):
         return
     handlers = logger.handlers
@@ -133,9 +197,9 @@ def write(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) 
             and not handler.filters
         ):
             assert isinstance(formatter, ConsoleFormatter | JsonFormatter)
-            _emit(handler, formatter, logger, level, msg, fields)
+            _emit(handler, formatter, logger, level, msg, fields, about)
             return
-    logger.log(level, msg, extra={"fields": fields})
+    logger.log(level, msg, extra={"fields": fields.fields(about)})
 
 
 def _emit(
@@ -144,16 +208,17 @@ def _emit(
     logger: logging.Logger,
     level: int,
     msg: str,
-    fields: dict[str, Any],
+    fields: Fields[T],
+    about: T,
 ) -> None:
     """What `Handler.handle` and `StreamHandler.emit` do with the record, under its lock."""
     handler.acquire()
     try:
         levelname = logging.getLevelName(level)
         if isinstance(formatter, JsonFormatter):  # created as a LogRecord is
-            text = formatter.line(levelname, msg, fields, time.time(), logger.name)
+            text = formatter.line_of(levelname, msg, fields, about, time.time(), logger.name)
         else:
-            text = formatter.line(levelname, msg, fields)
+            text = formatter.line_of(levelname, msg, fields, about)
         stream = handler.stream
         stream.write(text + handler.terminator)
         if stream and hasattr(stream, "flush"):  # `handler.flush()`, whose lock is held
@@ -162,7 +227,7 @@ def _emit(
         raise
     except Exception:
         record = logger.makeRecord(logger.name, level, "(unknown file)", 0, msg, (), None)
-        record.fields = fields
+        record.fields = fields.fields(about)
         handler.handleError(record)
     finally:
         handler.release()

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 from .incident_store import open_store
 from .incidents import IncidentWriter
-from .logs import write
+from .logs import write, write_of
 from .metrics import Metrics
 from .outcome import Outcome
 from .redact import Redactor
@@ -28,6 +29,7 @@ from .tracing import Tracing
 log = logging.getLogger("spillguard")
 
 PATH_CHARS = 200
+INF = float("inf")
 
 
 @dataclass(frozen=True)
@@ -137,29 +139,12 @@ class Observer:
             log.error("refusal not recorded", extra={"fields": {"error": repr(exc)}})
 
     def _log(self, outcome: Outcome) -> None:
-        level = self._level if outcome.findings or outcome.anomalies else logging.INFO
-        if not log.isEnabledFor(level):
+        if not outcome.findings and not outcome.anomalies:
+            write_of(log, logging.INFO, "request", REQUEST, outcome)
             return
-        statuses = outcome.upstream_statuses
-        fields: dict[str, Any] = {
-            "request_id": outcome.request_id,
-            "route": outcome.route,
-            "mode": outcome.mode,
-            "upstream": outcome.upstream,
-            "stream": outcome.stream,
-            "model": outcome.model,
-            "status": outcome.status,
-            "family": outcome.family,
-            "tool_name": outcome.tool_name,
-            "attempts": outcome.attempts,
-            "error": outcome.error,
-            "upstream_calls": outcome.upstream_calls,
-            "outcome": outcome.action._value_,  # `.value`, without the enum property's call
-            "upstream_status": statuses[-1] if statuses else None,
-            "upstream_ms": outcome.upstream_ms,
-            "added_ms": round(max(outcome.total_ms - outcome.upstream_ms, 0.0), 2),
-            "total_ms": outcome.total_ms,
-        }
+        if not log.isEnabledFor(self._level):
+            return
+        fields = REQUEST.fields(outcome)
         if outcome.findings and log.isEnabledFor(self._leak_level):
             limit = self.settings.excerpt_limit
             fields["findings"] = [
@@ -178,4 +163,104 @@ class Observer:
                 {"kind": a.kind, "tool_name": a.tool_name, "attempt": a.attempt}
                 for a in outcome.anomalies
             ]
-        write(log, level, "request", fields)
+        write(log, self._level, "request", fields)
+
+
+class RequestFields:
+    """The "request" line's fields of an outcome, all but its findings and anomalies
+    (`logs.Fields`): written straight where every value has its usual type, else from the
+    dict (the tests hold the two to the same line)."""
+
+    def fields(self, outcome: Outcome) -> dict[str, Any]:
+        statuses = outcome.upstream_statuses
+        return {
+            "request_id": outcome.request_id,
+            "route": outcome.route,
+            "mode": outcome.mode,
+            "upstream": outcome.upstream,
+            "stream": outcome.stream,
+            "model": outcome.model,
+            "status": outcome.status,
+            "family": outcome.family,
+            "tool_name": outcome.tool_name,
+            "attempts": outcome.attempts,
+            "error": outcome.error,
+            "upstream_calls": outcome.upstream_calls,
+            "outcome": outcome.action._value_,  # `.value`, without the enum property's call
+            "upstream_status": statuses[-1] if statuses else None,
+            "upstream_ms": outcome.upstream_ms,
+            "added_ms": round(max(outcome.total_ms - outcome.upstream_ms, 0.0), 2),
+            "total_ms": outcome.total_ms,
+        }
+
+    def console(self, outcome: Outcome) -> str | None:
+        return _written(outcome, json=False)
+
+    def json(self, outcome: Outcome) -> str | None:
+        return _written(outcome, json=True)
+
+
+REQUEST = RequestFields()
+
+
+def _written(outcome: Outcome, json: bool) -> str | None:
+    """`RequestFields.fields` as a console line writes them or, with `json`, a JSON line, when
+    each value is of its usual type (a float, a finite one); None when any is not."""
+    rid, route, mode, upstream = outcome.request_id, outcome.route, outcome.mode, outcome.upstream
+    action = outcome.action._value_
+    model, family, tool_name, error = (
+        outcome.model,
+        outcome.family,
+        outcome.tool_name,
+        outcome.error,
+    )
+    stream, status, attempts = outcome.stream, outcome.status, outcome.attempts
+    calls, statuses = outcome.upstream_calls, outcome.upstream_statuses
+    last = statuses[-1] if statuses else None
+    up, total = outcome.upstream_ms, outcome.total_ms
+    if not (
+        str is type(rid) is type(route) is type(mode) is type(upstream) is type(action)
+        and bool is type(stream)
+        and int is type(status) is type(attempts) is type(calls)
+        and (last is None or type(last) is int)
+        and (model is None or type(model) is str)
+        and (family is None or type(family) is str)
+        and (tool_name is None or type(tool_name) is str)
+        and (error is None or type(error) is str)
+        and float is type(up) is type(total)
+        and -INF < up < INF
+        and -INF < total < INF
+    ):
+        return None
+    added = round(max(total - up, 0.0), 2)
+    if not added < INF:
+        return None
+    if json:
+        enc = encode_basestring
+        model = "null" if model is None else enc(model)
+        family = "null" if family is None else enc(family)
+        tool_name = "null" if tool_name is None else enc(tool_name)
+        error = "null" if error is None else enc(error)
+        return (
+            f', "request_id": {enc(rid)}, "route": {enc(route)}, "mode": {enc(mode)}'
+            f', "upstream": {enc(upstream)}, "stream": {"true" if stream else "false"}'
+            f', "model": {model}, "status": {status}, "family": {family}'
+            f', "tool_name": {tool_name}, "attempts": {attempts}, "error": {error}'
+            f', "upstream_calls": {calls}, "outcome": {enc(action)}'
+            f', "upstream_status": {"null" if last is None else last}'
+            f', "upstream_ms": {up!r}, "added_ms": {added!r}, "total_ms": {total!r}'
+        )
+    if not (rid and route and mode and upstream and action):
+        return None
+    # A str is shown when it is not empty, None never, a number or a bool always.
+    model = f" model={model}" if model else ""
+    family = f" family={family}" if family else ""
+    tool_name = f" tool_name={tool_name}" if tool_name else ""
+    error = f" error={error}" if error else ""
+    upstream_status = "" if last is None else f" upstream_status={last}"
+    return (
+        f" request_id={rid} route={route} mode={mode} upstream={upstream} stream={stream!r}"
+        f"{model} status={status}{family}{tool_name} attempts={attempts}{error}"
+        f" upstream_calls={calls} outcome={action}{upstream_status}"
+        f" upstream_ms={up!r} added_ms={added!r} total_ms={total!r}"
+    )
