@@ -132,3 +132,11 @@ def test_one_reading_of_the_headers_says_what_each_reading_alone_says(
     assert scope[DIALECT_KEY] is anthropic
     assert came.target.anthropic is anthropic
     assert came.upstream is (CONTEXT.anthropic if anthropic else CONTEXT.upstream)
+
+
+def test_the_headers_that_go_upstream_are_not_in_the_readings_repr() -> None:
+    settings = Settings(upstream="http://127.0.0.1:9/v1", incidents_db="", upstream_key="sk-x1")
+    ctx = Context(settings, Upstream(settings), Observer(settings))
+    came = ctx.incoming({"type": "http", "path": "/v1/chat/completions", "headers": []})
+    assert came.headers["authorization"] == "Bearer sk-x1"
+    assert "sk-x1" not in repr(came)

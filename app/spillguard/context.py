@@ -76,7 +76,7 @@ class Incoming:
     request_id: str  # the client's x-request-id (its first 128 characters), or a new one
     declared: str  # its Content-Length as sent ('' without one)
     asks_mode: bool  # it sends x-spillguard-mode
-    headers: dict[str, str]  # what goes upstream
+    headers: dict[str, str] = field(repr=False)  # what goes upstream (a key spillguard injects)
 
 
 @dataclass
