@@ -205,8 +205,8 @@ def test_with_proxy_keys_no_client_key_goes_upstream(keys: None) -> None:
 
 def test_a_request_names_its_mount(keys: None) -> None:
     ctx = context()
-    assert ctx.incoming(request("/v1/chat/completions", "grok")).mount == "grok"
-    assert ctx.incoming(request("/v1/chat/completions")).mount == "default"
+    assert ctx.incoming(request("/v1/chat/completions", "grok")).target.upstream == "grok"
+    assert ctx.incoming(request("/v1/chat/completions")).target.upstream == "default"
 
 
 def test_the_settings_hold_every_key_for_redaction(keys: None) -> None:

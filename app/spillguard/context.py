@@ -70,8 +70,7 @@ def error_body_for(scope: Scope) -> ErrorBody:
 class Incoming:
     """What a request's scope says (`Context.incoming`)."""
 
-    mount: str  # the named upstream it goes to
-    target: Target  # the mount, and whether to its Anthropic base
+    target: Target  # the named upstream it goes to, and whether to its Anthropic base
     upstream: Upstream  # the target's
     request_id: str  # the client's x-request-id (its first 128 characters), or a new one
     declared: str  # its Content-Length as sent ('' without one)
@@ -157,7 +156,7 @@ class Context:
         rid = rid or f"sg-{secrets.token_hex(16)}"
         headers["x-request-id"] = rid
         upstream = mount.anthropic if target.anthropic and mount.anthropic else mount.upstream
-        return Incoming(name, target, upstream, rid, declared, asks, headers)
+        return Incoming(target, upstream, rid, declared, asks, headers)
 
     def decisions(self, wire: Wire) -> dict[Target, Decision]:
         """One decision of `wire` per target: pick a request's by its `incoming(scope).target`."""

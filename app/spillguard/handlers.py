@@ -80,8 +80,9 @@ class Inspected:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = self.ctx
         came = ctx.incoming(scope)
-        decision = self.decisions[came.target]
-        outcome = Outcome(came.request_id, decision.wire.route, ctx.mode, upstream=came.mount)
+        target = came.target
+        decision = self.decisions[target]
+        outcome = Outcome(came.request_id, decision.wire.route, ctx.mode, upstream=target.upstream)
         ctx.observer.trace(scope, outcome)
         work = _inspect(ctx, decision, scope, receive, came, outcome)
         response = await _handled(ctx, scope, outcome, work, decision.wire.error_body)
@@ -182,7 +183,7 @@ class Relayed:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = self.ctx
         came = ctx.incoming(scope)
-        outcome = Outcome(came.request_id, "other", ctx.mode, upstream=came.mount)
+        outcome = Outcome(came.request_id, "other", ctx.mode, upstream=came.target.upstream)
         ctx.observer.trace(scope, outcome)
         chains = self.responses[came.target].chains
         work = _pass(ctx, chains, scope, receive, came, outcome)
