@@ -582,6 +582,7 @@ EDGES = [
     _edge(total_ms=INF),
     _edge(total_ms=float("nan")),
     _edge(upstream_ms=-1e308, total_ms=1e308),
+    _edge(upstream_ms=1e308, total_ms=-1e308),
     _edge(upstream_ms=-0.0, total_ms=-0.0),
     _edge(upstream_ms=1, total_ms=3),
     _edge(upstream_statuses=[HTTPStatus.OK], status=HTTPStatus.BAD_GATEWAY),
@@ -608,7 +609,8 @@ def test_an_outcome_of_usual_values_is_written_straight(outcome: Outcome) -> Non
     """The lines made straight are the lines of most outcomes: the test above compares them."""
     values = [outcome.request_id, outcome.route, outcome.mode, outcome.upstream]
     up, total = outcome.upstream_ms, outcome.total_ms
-    finite = all(abs(ms) < float("inf") for ms in (up, total, total - up))  # and added_ms
+    added = max(total - up, 0.0)  # as the line writes it: a negative or -inf difference is 0.0
+    finite = all(abs(ms) < float("inf") for ms in (up, total, added))
     assert (REQUEST.json(outcome) is not None) is finite
     assert (REQUEST.console(outcome) is not None) is (finite and all(values))
 
