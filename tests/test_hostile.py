@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from spillguard.jsonread import LEAVE_FROM
 from spillguard.scripted import Turn, chunks, completion
 from spillguard.settings import Settings
 from tests.conftest import chat_body
@@ -84,6 +85,16 @@ def with_field(stream: bool, name: str, raw_value: bytes) -> bytes:
     """A chat request with tools and one extra field spelled exactly as `raw_value`."""
     body = json.dumps(chat_body(stream=stream)).encode()
     return body[:-1] + b', "' + name.encode() + b'": ' + raw_value + b"}"
+
+
+def in_long_messages(stream: bool, raw_item: bytes) -> bytes:
+    """A chat request long enough to be read leaving `messages` unread (`jsonread.LEAVE_FROM`),
+    whose `messages` start with `raw_item` spelled exactly so."""
+    body = chat_body(stream=stream)
+    body["messages"].insert(0, {"role": "user", "content": "x" * LEAVE_FROM})
+    raw = json.dumps(body).encode()
+    at = raw.index(b'"messages": [') + len(b'"messages": [')
+    return raw[:at] + raw_item + b", " + raw[at:]
 
 
 # ---- request body limit -------------------------------------------------------------------------
@@ -275,16 +286,19 @@ async def test_parser_breaking_json_in_a_request_is_forwarded_untouched(
         assert up.requests[0].body == body  # byte for byte
 
 
+@pytest.mark.parametrize("long", [False, True])
 @pytest.mark.parametrize("stream", [False, True])
-async def test_nesting_at_the_recursion_limit_never_gives_500(stream: bool) -> None:
+async def test_nesting_at_the_recursion_limit_never_gives_500(stream: bool, long: bool) -> None:
     """Find the deepest nesting spillguard still parses (a binary search on how many upstream
     calls a leaking reply causes: two when inspected and retried, one when forwarded unparsed),
-    then try every depth around it: each is retried or forwarded, never a 500."""
+    then try every depth around it: each is retried or forwarded, never a 500. `long`: nested
+    in the messages of a request long enough to leave them unread."""
     async with RawUpstream(leak_once) as up, serve(up.url) as sg:
 
         async def calls(depth: int) -> int:
             before = len(up.requests)
-            raw = with_field(stream, "x", b"[" * depth + b"]" * depth)
+            nested = b"[" * depth + b"]" * depth
+            raw = in_long_messages(stream, nested) if long else with_field(stream, "x", nested)
             r = await asyncio.wait_for(post_raw(sg.url, raw), HANG)
             return 500 if r.status_code >= 500 else len(up.requests) - before
 
@@ -297,6 +311,43 @@ async def test_nesting_at_the_recursion_limit_never_gives_500(stream: bool) -> N
             lo, hi = (lo, mid) if await calls(mid) == 1 else (mid, hi)
         found = {d: await calls(d) for d in range(lo - 12, lo + 4)}
         assert 500 not in found.values(), found
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "item",
+    [
+        b'"\xff"',  # not UTF-8
+        b'"\xed\xa0\x80"',  # an encoded lone surrogate, which `json` reads
+        b'"\\ud800"',
+        b"1e999",
+        b"NaN",
+        b"[" * 5000 + b"]" * 5000,
+        b"[1,]",
+        b'{"a": 1}}',
+        b'"caf\xc3\xa9"',
+    ],
+)
+async def test_a_long_request_is_inspected_exactly_when_the_standard_library_reads_it(
+    stream: bool, item: bytes
+) -> None:
+    """Whatever its messages hold, a long request is inspected (and here retried) when `json`
+    reads it as an object, and otherwise forwarded untouched: leaving the messages unread never
+    lets through what a whole read refuses."""
+    body = in_long_messages(stream, item)
+    try:
+        readable = isinstance(json.loads(body), dict)
+    except (ValueError, RecursionError):
+        readable = False
+    async with RawUpstream(leak_once) as up, serve(up.url) as sg:
+        r = await asyncio.wait_for(post_raw(sg.url, body), HANG)
+        assert_clean(r)
+        assert len(up.requests) == (2 if readable else 1)
+        assert up.requests[0].body == body  # byte for byte
+        assert r.status_code == 200
+        assert r.headers.get("x-spillguard-action") == ("retried" if readable else None)
+        if readable:
+            assert up.requests[1].body.startswith(body[: body.index(b'"messages"')])
 
 
 @pytest.mark.parametrize("stream", [False, True])

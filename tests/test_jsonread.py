@@ -1,4 +1,5 @@
-"""`jsonread.loads` returns exactly what `json.loads` returns, or raises what it raises."""
+"""`jsonread.loads` returns exactly what `json.loads` returns, or raises what it raises, and
+`loads_leaving` does too once its unread values are read."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spillguard.jsonread import loads, loads_text, string_body
+from spillguard import jsonread
+from spillguard.jsonread import (
+    LEAVE_FROM,
+    Unread,
+    loads,
+    loads_leaving,
+    loads_text,
+    read_all,
+    string_body,
+)
 
 SCALARS = st.one_of(
     st.none(),
@@ -155,3 +165,88 @@ def test_a_string_token_s_body_reads_as_its_text(text: str, ascii_only: bool) ->
 )
 def test_bytes_that_are_not_one_string_token_s_body_read_as_none(body: bytes) -> None:
     assert string_body(body) is None
+
+
+KEYS = frozenset({"messages", "system"})
+PAD = {"pad": "x" * LEAVE_FROM}  # long enough to be read leaving `KEYS`
+
+
+def _leaving(data: bytes) -> Any:
+    value = loads_leaving(data, KEYS)  # raises here what `json` raises, never later
+    if not isinstance(value, dict):
+        return value
+    try:
+        return read_all(value)
+    except (ValueError, RecursionError) as exc:
+        raise AssertionError(f"left unread what `json` refuses: {exc!r}") from exc
+
+
+def _same_leaving(data: bytes) -> None:
+    _agree(_leaving, data)
+    if jsonread._msgspec(data) is jsonread._REFUSED or len(data) < LEAVE_FROM:
+        return
+    value = loads_leaving(data, KEYS)  # what msgspec reads whole, it reads leaving the keys
+    if isinstance(value, dict):
+        for key in KEYS & value.keys():
+            assert type(value[key]) is Unread
+            assert loads(bytes(value[key])) == loads(data)[key]
+        assert all(type(v) is not Unread for k, v in value.items() if k not in KEYS)
+
+
+@settings(max_examples=500)
+@given(
+    st.dictionaries(st.sampled_from(["messages", "system", "model", "tools", "n"]), VALUES),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_long_request_reads_leaving_its_keys_as_the_standard_library_reads_it(
+    members: dict[str, Any], ascii_only: bool, pad_first: bool
+) -> None:
+    members = {**PAD, **members} if pad_first else {**members, **PAD}
+    text = json.dumps(members, ensure_ascii=ascii_only)
+    _same_leaving(text.encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=40), st.binary(max_size=40))
+def test_any_bytes_in_a_long_request_read_leaving_or_fail_as_the_standard_library_does(
+    inside: bytes, outside: bytes
+) -> None:
+    _same_leaving(
+        b'{"pad": "%s", "messages": [%s], "n": %s}' % (PAD["pad"].encode(), inside, outside)
+    )
+
+
+LONG = b'{"pad": "' + PAD["pad"].encode() + b'", "messages": '
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b'[{"content": "caf\xc3\xa9"}]',
+        b'["\xff"]',  # not UTF-8, which msgspec does not check in what it skips
+        b'["\xed\xa0\x80"]',  # an encoded surrogate, which `json` lets through
+        b"[1e999, -1e999]",
+        b"[NaN, Infinity]",
+        b'["\\ud800"]',
+        b"[" * 2000 + b"]" * 2000,
+        b"[" * 500 + b"]" * 500,
+        b'[1], "messages": [2]',  # the last one counts, as in `json`
+        b"[1,]",
+        b'"a string"',
+        b"12345678901234567890123",
+    ],
+)
+def test_the_edges_of_a_long_request_read_leaving_as_the_standard_library_reads_them(
+    value: bytes,
+) -> None:
+    _same_leaving(LONG + value + b"}")
+    _same_leaving(LONG + value + b', "n": 1e999}')  # a read value out of range: `json` reads it
+
+
+def test_a_short_request_or_no_keys_reads_whole() -> None:
+    short = b'{"messages": [1]}'
+    assert loads_leaving(short, KEYS) == {"messages": [1]}
+    assert loads_leaving(LONG + b"[1]}", frozenset())["messages"] == [1]
+    assert type(loads_leaving(LONG + b"[1]}", KEYS)["messages"]) is Unread
+    assert loads_leaving(b'["' + PAD["pad"].encode() + b'"]', KEYS) == [PAD["pad"]]

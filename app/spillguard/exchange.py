@@ -32,7 +32,7 @@ class Exchange:
     url: str
     headers: dict[str, str]  # to send upstream
     body: bytes
-    obj: dict[str, Any]
+    obj: dict[str, Any]  # parsed; a long request's `wire.unread` values as `jsonread.Unread`
     tools: ToolSet
     outcome: Outcome
     policy: Policy  # the mode, hold limit and corrections this request is held to

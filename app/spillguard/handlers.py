@@ -100,7 +100,7 @@ async def _inspect(
     s = ctx.settings
     body = await read_body(receive, came.declared, s.max_body, s.read_timeout)
     url = decision.url(_query(scope))
-    obj = _parse(body)
+    obj = _parse(body, decision.wire.unread)
     tools = declared_tools(obj)
     if isinstance(obj, dict):
         model = obj.get("model")
@@ -319,8 +319,8 @@ def _query(scope: Scope) -> str:
     return cast(bytes, scope.get("query_string", b"")).decode("latin-1")
 
 
-def _parse(body: bytes) -> Any:
+def _parse(body: bytes, unread: frozenset[str]) -> Any:
     try:
-        return jsonread.loads(body)
+        return jsonread.loads_leaving(body, unread)
     except (ValueError, RecursionError):
         return None

@@ -19,6 +19,7 @@ from typing import Any
 
 from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies, may_find
 from .errors import SpillguardError
+from .jsonread import read_all
 from .messages_events import is_call
 from .messages_repair import repair_reply, reply_markup
 from .messages_stream import MessagesStream, new_stream
@@ -136,7 +137,7 @@ class MessagesWire(Wire):
         spliced = append_items(raw, self.retry_key, items)
         if spliced is not None:
             return spliced
-        return json.dumps(self.retry_body(body, items), allow_nan=False).encode()
+        return json.dumps(self.retry_body(read_all(body), items), allow_nan=False).encode()
 
 
 def _new_stream(tools: ToolSet, hold_limit: int, previous: Stream | None) -> MessagesStream:
@@ -161,4 +162,5 @@ WIRE = MessagesWire(
     repair_reply=repair_reply,
     reply_markup=reply_markup,
     repairable=repairable,
+    unread=frozenset({"messages", "system"}),
 )

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Protocol
 from .detect import Anomaly, Call, Finding, ToolSet, TurnScanner, may_find
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
-from .jsonread import loads_text
+from .jsonread import loads_text, read_all
 from .rawjson import append_items
 from .sse import Event, Out
 from .start import KEEPALIVE
@@ -189,6 +189,9 @@ class Wire:
     reply_usage: Callable[[Any], Usage | None] = reply_usage
     stream_usage: Callable[[Stream], Usage | None] = lambda stream: None
     chaining: Chaining | None = None
+    # Top-level keys whose values are read only to write a retry out by hand (the
+    # conversation): a long request leaves them as their bytes (`jsonread.loads_leaving`).
+    unread: frozenset[str] = frozenset()
     # Repair mode. The whole reply with `calls` in place of its markup, from (raw reply, parsed
     # reply, finding, prose before the markup, calls); None when this reply cannot carry them.
     # A wire without it retries instead.
@@ -214,4 +217,4 @@ class Wire:
         spliced = append_items(raw, self.retry_key, items, self.item_from_string)
         if spliced is not None:
             return spliced
-        return json.dumps(self.retry_body(body, items), allow_nan=False).encode()
+        return json.dumps(self.retry_body(read_all(body), items), allow_nan=False).encode()
