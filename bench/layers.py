@@ -15,6 +15,7 @@ batches of CPU time a request; rows alternate over `--runs` runs.
 * `spillguard`: the whole application, `Upstream.open` canned.
 
   .venv/bin/python -m bench.layers --runs 3
+  .venv/bin/python -m bench.layers --request agent --rows floor spillguard
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from .inproc import lifespan_start, one
-from .payloads import chat_request
+from .payloads import agent_request, chat_request
 from .upstream import completion_body
 
 ROWS = ("floor", "steps-norecord", "steps", "steps-timers", "steps-decision", "spillguard")
@@ -193,14 +194,14 @@ def build(row: str) -> Any:
     return _steps(row != "steps-norecord", row == "steps-timers", row == "steps-decision")
 
 
-async def measure(row: str, n: int, conc: int = 50) -> float:
+async def measure(row: str, n: int, conc: int = 50, request: str = "bench") -> float:
     """The best of 5 batches of `n` requests: CPU µs a request."""
     app = build(row)
     lifespan = await lifespan_start(app)
     for handler in logging.getLogger("spillguard").handlers:  # the line is still written
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
-    body = chat_request("bench", stream=False)
+    body = agent_request() if request == "agent" else chat_request("bench", stream=False)
     statuses: dict[int, int] = {}
     events = [0]
 
@@ -225,17 +226,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--row", choices=ROWS, help="measure one row here, print its figure")
     parser.add_argument("--n", type=int, default=10000, help="requests a batch")
     parser.add_argument("--runs", type=int, default=3, help="alternating runs of every row")
+    parser.add_argument(
+        "--request",
+        choices=["bench", "agent"],
+        default="bench",
+        help="the bench's short request, or a long agent turn (`payloads.agent_request`)",
+    )
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=ROWS, help="rows to run")
     args = parser.parse_args(argv)
     if args.row:
         import uvloop
 
-        cpu_us = uvloop.run(measure(args.row, args.n))
+        cpu_us = uvloop.run(measure(args.row, args.n, request=args.request))
         print(json.dumps({"row": args.row, "cpu_us": round(cpu_us, 1)}))
         return
-    figures: dict[str, list[float]] = {row: [] for row in ROWS}
+    figures: dict[str, list[float]] = {row: [] for row in args.rows}
     for _ in range(args.runs):
-        for row in ROWS:
+        for row in args.rows:
             argv = [sys.executable, "-m", "bench.layers", "--row", row, "--n", str(args.n)]
+            argv += ["--request", args.request]
             done = subprocess.run(
                 ["taskset", "-c", "0", *argv], capture_output=True, text=True, check=True
             )

@@ -1,4 +1,5 @@
-"""The request the benchmarks send: a realistic chat request that declares tools."""
+"""The requests the benchmarks send: a realistic chat request that declares tools, and a long
+agent turn (`agent_request`) for what a request's size costs."""
 
 from __future__ import annotations
 
@@ -70,4 +71,37 @@ def chat_request(model: str = "bench", stream: bool = False) -> bytes:
     }
     if stream:
         body["stream"] = True
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def agent_request(turns: int = 40, model: str = "bench") -> bytes:
+    """A coding agent's request late in a session: a long system prompt, `turns` rounds of a
+    user asking, a tool call and its result, and the same tools (36 KB at 40 turns)."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a careful coding assistant. " * 60},
+    ]
+    for i in range(turns):
+        messages += [
+            {"role": "user", "content": f"Open src/module_{i}.py and explain what run() does."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{i:04d}",
+                        "type": "function",
+                        "function": {
+                            "name": "search_places",
+                            "arguments": json.dumps({"query": f"module_{i}", "near": "src"}),
+                        },
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": f"call_{i:04d}",
+                "content": "def run(items):\n    return [item.strip() for item in items]\n" * 8,
+            },
+        ]
+    body = {"model": model, "messages": messages, "tools": TOOLS, "temperature": 0.2}
     return json.dumps(body, separators=(",", ":")).encode()
