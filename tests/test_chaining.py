@@ -22,6 +22,7 @@ import pytest_asyncio
 from spillguard import responses
 from spillguard.chains import Chains
 from spillguard.idmap import LocalIdMap, Spliced
+from spillguard.jsonread import LEAVE_FROM, Unread, loads_leaving
 from spillguard.responses import chain_request
 from spillguard.responses_events import dumps
 from spillguard.scripted import Raw, Turn, call
@@ -89,6 +90,37 @@ def test_a_request_naming_no_splice_is_left_alone() -> None:
         b'{"previous_response_id":null}',
     ):
         assert chain_request(raw, json.loads(raw), spliced_map()) is None
+
+
+def _long(raw: bytes) -> tuple[bytes, dict[str, Any]]:
+    """`raw` made long enough to be read leaving `input` unread, as spillguard reads it."""
+    raw = raw[:-1] + b', "instructions": "' + b"x" * LEAVE_FROM + b'"}'
+    return raw, loads_leaving(raw, responses.WIRE.unread)
+
+
+def test_a_long_request_s_item_references_become_the_items_too() -> None:
+    raw, body = _long(
+        b'{"previous_response_id":"resp_1","input":[{"type":"item_reference","id":"msg_1"},'
+        b'{"role":"user","content":"And tomorrow?"}],"model":"m"}'
+    )
+    assert type(body["input"]) is Unread
+    got = chain_request(raw, body, spliced_map())
+    assert got is not None
+    assert json.loads(got[0])["input"] == [
+        {"role": "assistant", "content": PROSE},
+        {"role": "user", "content": "And tomorrow?"},
+    ]
+    assert json.loads(got[0])["previous_response_id"] == "resp_2"
+    assert got[1]["input"] == json.loads(got[0])["input"]
+
+
+def test_a_long_request_s_input_is_not_read_when_no_splice_holds_items() -> None:
+    raw, body = _long(b'{"input":[{"type":"item_reference","id":"msg_1"}],"model":"m"}')
+    empty = LocalIdMap(shared=True)
+    assert not empty.holds_items()
+    assert chain_request(raw, body, empty) is None
+    assert type(body["input"]) is Unread  # left as it was
+    assert spliced_map().holds_items()
 
 
 # ---- a GET of a spliced response, on bytes --------------------------------------------------
@@ -200,7 +232,11 @@ async def stream(base: str, model: str, **extra: Any) -> list[dict[str, Any]]:
     return events(r.text)
 
 
-async def test_one_process_remembers_the_splice_for_the_next_request(stack: Stack) -> None:
+@pytest.mark.parametrize("long", [False, True])
+async def test_one_process_remembers_the_splice_for_the_next_request(
+    stack: Stack, long: bool
+) -> None:
+    """`long`: the next request is long enough to be read leaving its `input` unread."""
     case = stack.provider.add("one", (Turn(content=PROSE + HERMES, delay=0.01), REAL, REAL))
     got = await stream(stack.url("one"), "one")
     completed = got[-1]["response"]
@@ -212,10 +248,13 @@ async def test_one_process_remembers_the_splice_for_the_next_request(stack: Stac
         {"type": "item_reference", "id": message["id"]},
         {"type": "function_call_output", "call_id": fc["call_id"], "output": "21"},
     ]
+    if long:
+        follow["instructions"] = "Be brief. " * (LEAVE_FROM // 10)
     async with httpx.AsyncClient(base_url=stack.url("one"), timeout=30) as http:
         r = await http.post("/responses", json=follow)
     assert r.status_code == 200, r.text
     sent = case.requests[2]["body"]
+    assert len(json.dumps(sent)) > LEAVE_FROM or not long
     assert sent["previous_response_id"] != completed["id"]  # the retry's response, not the leak
     assert sent["input"][0] == {"role": "assistant", "content": PROSE}
     seen = case.seen[2]

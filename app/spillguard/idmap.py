@@ -59,6 +59,9 @@ class IdMap(Protocol):
     def item(self, item_id: str) -> dict[str, Any] | None:
         """The client's copy of a spliced response's first-attempt item, if it is one."""
 
+    def holds_items(self) -> bool:
+        """Some spliced response's items may be named (False: `item` finds none)."""
+
     def spliced(self, response_id: str) -> Spliced | None:
         """The splice that made the client's `response_id`, if it was spliced."""
 
@@ -110,6 +113,9 @@ class LocalIdMap:
     def item(self, item_id: str) -> dict[str, Any] | None:
         found = self.spliced(self._items.get(item_id, ""))
         return found.items.get(item_id) if found is not None else None
+
+    def holds_items(self) -> bool:
+        return bool(self._items)  # expired ones too, until they are dropped
 
     def spliced(self, response_id: str) -> Spliced | None:
         self._expire()

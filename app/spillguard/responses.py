@@ -14,6 +14,7 @@ from typing import Any
 from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies, may_find
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
+from .jsonread import Unread, loads
 from .rawjson import elements, replace_values
 from .responses_events import dumps, function_names, is_call
 from .responses_repair import repair_reply, reply_markup
@@ -132,6 +133,8 @@ def chain_request(
         changes["previous_response_id"] = json.dumps(upstream)
         values["previous_response_id"] = upstream
     given = body.get("input")
+    if type(given) is Unread:  # read only when an item it names may have a copy
+        given = loads(bytes(given)) if ids.holds_items() else None
     given = given if isinstance(given, list) else []
     copies = [ids.item(ref) if (ref := _reference(i)) else None for i in given]
     if any(copies):
@@ -193,4 +196,5 @@ WIRE = Wire(
     repair_reply=repair_reply,
     reply_markup=reply_markup,
     repairable=repairable,
+    unread=frozenset({"input", "instructions"}),
 )
