@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .payloads import chat_request
+from .payloads import agent_request, chat_request
 from .report import LOAD_KEYS, NS_KEYS, ONE_KEYS
 from .report import combine as _combine
 
@@ -96,6 +96,7 @@ class Plan:
     baseline: Path | None = None
     sections: list[str] = field(default_factory=list)
     sg_args: list[str] = field(default_factory=list)
+    request: str = "bench"  # what the non-streamed load sends: "agent" is a long agent turn
 
 
 # ---- processes ---------------------------------------------------------------------------------
@@ -976,10 +977,19 @@ def main(argv: list[str] | None = None) -> int:
         help="before each point, wait up to this many seconds for other processes on the "
         "machine to use under 15%% of a core (0: do not wait)",
     )
+    parser.add_argument(
+        "--request",
+        choices=["bench", "agent"],
+        default="bench",
+        help="the non-streamed request: the bench's short one, or a 36 KB agent turn "
+        "(payloads.agent_request; a check run, never published)",
+    )
     parser.add_argument("--out", type=Path, help="output folder (default bench/out/<stamp>)")
     parser.add_argument("--publish", action="store_true", help="write bench/RESULTS.md and charts")
     parser.add_argument("--report-only", type=Path, help="re-render a finished run's folder")
     args = parser.parse_args(argv)
+    if args.publish and args.request != "bench":
+        parser.error("--publish measures the bench's own request; --request agent is a check")
 
     from .report import publish, render
 
@@ -1023,10 +1033,14 @@ def main(argv: list[str] | None = None) -> int:
             if s.strip()
         ],
         sg_args=args.sg_arg,
+        request=args.request,
     )
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = (args.out or BENCH / "out" / stamp).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if plan.request == "agent":  # `wrk` writes the bench's request only where there is none
+        (out / "post.lua").write_text(WRK_LUA)
+        (out / "body.json").write_bytes(agent_request())
     command = " ".join(
         [".venv/bin/python -m bench.run", *(argv if argv is not None else sys.argv[1:])]
     )
