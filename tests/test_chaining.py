@@ -114,6 +114,14 @@ def test_a_long_request_s_item_references_become_the_items_too() -> None:
     assert got[1]["input"] == json.loads(got[0])["input"]
 
 
+def test_a_long_request_written_out_again_reads_what_was_left_unread() -> None:
+    raw, body = _long(b'{"previous_response_id":"resp_1","input":[{"id":"msg_1"}],"model":"m"}')
+    got = chain_request(b"bytes where no member can be found", body, spliced_map())
+    assert got is not None
+    want = json.loads(raw) | {"previous_response_id": "resp_2"}
+    assert json.loads(got[0]) == want | {"input": [{"role": "assistant", "content": PROSE}]}
+
+
 def test_a_long_request_s_input_is_not_read_when_no_splice_holds_items() -> None:
     raw, body = _long(b'{"input":[{"type":"item_reference","id":"msg_1"}],"model":"m"}')
     empty = LocalIdMap(shared=True)

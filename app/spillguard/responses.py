@@ -14,7 +14,7 @@ from typing import Any
 from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies, may_find
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
-from .jsonread import Unread, loads
+from .jsonread import Unread, loads, read_all
 from .rawjson import elements, replace_values
 from .responses_events import dumps, function_names, is_call
 from .responses_repair import repair_reply, reply_markup
@@ -155,7 +155,7 @@ def chain_request(
     out = replace_values(raw, changes)
     if out is None:
         try:
-            out = json.dumps(rewritten, allow_nan=False).encode()
+            out = json.dumps(read_all(rewritten), allow_nan=False).encode()
         except (TypeError, ValueError, RecursionError):
             return None
     return out, rewritten
