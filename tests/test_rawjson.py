@@ -54,3 +54,11 @@ def test_key_after_deeply_nested_fields_is_found_without_recursion() -> None:
 )
 def test_bodies_without_such_an_array_give_none(raw: bytes) -> None:
     assert append_items(raw, "messages", ITEMS) is None
+
+
+def test_a_key_written_twice_is_appended_to_where_json_reads_it() -> None:
+    raw = b'{"messages": [{"role":"user","content":"first"}], "messages": [], "n": 1}'
+    out = append_items(raw, "messages", ITEMS)
+    assert out is not None
+    assert out.startswith(b'{"messages": [{"role":"user","content":"first"}], "messages": [')
+    assert json.loads(out)["messages"] == ITEMS

@@ -77,15 +77,17 @@ def _members(text: str) -> Iterator[tuple[str, int, int]]:
 
 
 def _locate(raw: bytes, key: str) -> tuple[str, int, int] | None:
-    """The body as text, and where the top-level `key`'s value is in it."""
+    """The body as text, and where the top-level `key`'s value is in it: its last one, when
+    the key is written more than once, as `json` (and msgspec) read it."""
+    found = None
     try:
         text = raw.decode("utf-8")
         for name, start, end in _members(text):
             if name == key:
-                return text, start, end
+                found = text, start, end
     except (IndexError, ValueError, UnicodeDecodeError):
         return None
-    return None
+    return found
 
 
 def append_items(
