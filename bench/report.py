@@ -658,8 +658,15 @@ def _nonstream(data: dict, images: list[str], prefix: str) -> list[str]:
     if not ns:
         return []
     parts = ["", "## Non-streamed chat completions", ""]
+    agent = (data.get("plan") or {}).get("request") == "agent"
     parts.append(
-        "A request declaring three tools; a 1.7 KB JSON reply of Markdown prose. "
+        (
+            "A 36 KB agent turn (`payloads.agent_request`: 40 rounds of a question, a tool "
+            "call and its result) declaring three tools"
+            if agent
+            else "A request declaring three tools"
+        )
+        + "; a 1.7 KB JSON reply of Markdown prose. "
         "Added latency is the row's p50 minus the upstream direct p50 at the same concurrency. "
         "*Proxy CPU µs/req*: the CPU time the proxy process used during the point, per "
         "request; other load on the machine moves it far less than requests/s."
