@@ -3,9 +3,15 @@ and when a request must not be inspected at all (no tools, or a json_schema resp
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spillguard import chat
 from spillguard.detect import NO_TOOLS, ToolSet, declared_tools
+from spillguard.jsonread import LEAVE_FROM, loads_leaving
 
 WEATHER_SCHEMA = {
     "type": "object",
@@ -261,3 +267,79 @@ def test_the_tables_are_read_only_when_a_text_may_hold_a_call() -> None:
     assert not {"_tables", "names"} & vars(tools).keys()  # a plain answer reads no tool
     assert may_find('{"name": "get_weather"}', tools)
     assert tools.names == {"get_weather"}
+
+
+# ---- a long request, its tools left unread (`jsonread.loads_leaving`) ------------------------
+
+SCHEMAS = st.one_of(
+    st.none(),
+    st.just(WEATHER_SCHEMA),
+    st.fixed_dictionaries({"properties": st.dictionaries(st.text(max_size=3), st.just({}))}),
+    st.integers(),
+)
+NAMES = st.sampled_from(["get_weather", "ping", "", "f"]) | st.integers()
+ENTRIES = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(["function", "custom"]),
+            "function": st.fixed_dictionaries({"name": NAMES, "parameters": SCHEMAS}),
+        }
+    ),
+    st.fixed_dictionaries({"name": NAMES, "input_schema": SCHEMAS}),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["function", "web_search"]), "name": NAMES, "parameters": SCHEMAS}
+    ),
+    st.none(),
+    st.text(max_size=3),
+)
+ABSENT = object()
+TOOL_VALUES = st.just(ABSENT) | st.none() | st.lists(ENTRIES, max_size=4) | st.text(max_size=3)
+
+
+def _tables(tools: ToolSet) -> tuple[object, ...]:
+    return tools.declared, tools.names, dict(tools.params), dict(tools.schemas), tools.all_params
+
+
+def _both(raw: bytes) -> tuple[ToolSet, ToolSet]:
+    """The tools of `raw` read whole, and read leaving the wire's keys unread."""
+    return declared_tools(json.loads(raw)), declared_tools(loads_leaving(raw, chat.WIRE.unread))
+
+
+@settings(max_examples=300)
+@given(TOOL_VALUES, TOOL_VALUES, st.booleans())
+def test_a_long_request_declares_what_a_whole_read_declares(
+    tools: object, functions: object, spaced: bool
+) -> None:
+    body: dict[str, object] = {"messages": [], "pad": "x" * LEAVE_FROM}
+    body |= {k: v for k, v in (("tools", tools), ("functions", functions)) if v is not ABSENT}
+    raw = json.dumps(body, indent=1 if spaced else None).encode()
+    whole, left = _both(raw)
+    assert _tables(left) == _tables(whole)
+    assert (left is NO_TOOLS) is (whole is NO_TOOLS)
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [b"[]", b"[ \n\t\r ]", b"[ {} ]", b"[[]]", b"null", b'"[]"', b"{}", b"[\n null]", b"[1e999]"],
+)
+def test_a_long_request_s_unread_tools_declare_what_a_whole_read_declares(tools: bytes) -> None:
+    raw = b'{"pad": "' + b"x" * LEAVE_FROM + b'", "tools": ' + tools + b"}"
+    whole, left = _both(raw)
+    assert _tables(left) == _tables(whole)
+
+
+def test_unread_tools_are_read_only_when_asked_for() -> None:
+    entry = {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_SCHEMA}}
+    raw = json.dumps({"pad": "x" * LEAVE_FROM, "tools": [entry]}).encode()
+    tools = declared_tools(loads_leaving(raw, chat.WIRE.unread))
+    assert tools.declared and tools.unread is not None and tools.entries == ()
+    assert tools.names == {"get_weather"}
+    assert tools.schemas == {"get_weather": WEATHER_SCHEMA}
+
+
+def test_tools_and_functions_both_unread_keep_their_order() -> None:
+    later = {"name": "f", "parameters": {"properties": {"b": {}}}}
+    first = {"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {}}}}}
+    raw = json.dumps({"pad": "x" * LEAVE_FROM, "tools": [first], "functions": [later]}).encode()
+    whole, left = _both(raw)
+    assert left.params == whole.params == {"f": {"b"}}  # the later entry wins in both

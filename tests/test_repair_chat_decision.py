@@ -14,6 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from spillguard.jsonread import LEAVE_FROM
 from spillguard.scripted import Raw, Turn, call, chunks, completion
 from tests.conftest import chat_body
 from tests.fuzz.chat_bytes import chat_view
@@ -86,6 +89,25 @@ async def test_a_repair_is_recorded_in_the_header_log_metrics_and_incident(
             "SELECT action, excerpt, repaired_calls FROM incidents"
         ).fetchall()
     assert (action, excerpt, repaired) == ("repaired", HERMES, CALLS)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_long_request_is_repaired_from_the_tools_it_left_unread(
+    harness: Any, stream: bool
+) -> None:
+    h = await harness(Turn(content=PROSE + HERMES), mode="repair")
+    body = chat_body(stream=stream)
+    body["messages"].insert(0, {"role": "system", "content": "x" * LEAVE_FROM})
+    async with h.http() as http:
+        r = await http.post("/chat/completions", json=body)
+    assert r.headers["x-spillguard-action"] == "repaired"
+    if stream:
+        assert chat_view(r.content).finish == {0: "tool_calls"}
+    else:
+        [made] = r.json()["choices"][0]["message"]["tool_calls"]
+        assert made["function"]["name"] == "get_weather"
+        assert json.loads(made["function"]["arguments"]) == {"city": "Lisbon"}
+    assert h.calls == 1
 
 
 async def test_a_repair_on_the_retry_counts_only_the_first_attempt_as_leaked(harness: Any) -> None:

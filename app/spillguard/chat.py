@@ -94,5 +94,5 @@ WIRE = Wire(
     repair_reply=repair_reply,
     reply_markup=reply_markup,
     repairable=repairable,
-    unread=frozenset({"messages"}),
+    unread=frozenset({"messages", "tools", "functions"}),
 )

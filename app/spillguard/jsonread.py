@@ -10,9 +10,10 @@ byte order mark, UTF-16) goes to `json`, and the errors are the standard library
 (tests/test_hostile.py tries every depth).
 
 `loads_leaving` reads a request the same way but leaves the values of the keys named (the
-conversation, which spillguard reads only to write out a retry by hand) as `Unread`, their
-bytes: msgspec still checks their syntax and depth as it skips them, at about a third of the
-cost of building them (a 48 KB agent turn: 36 against 100 µs).
+conversation, which spillguard reads only to write out a retry by hand, and the tools, read
+only when a reply needs them) as `Unread`, their bytes: msgspec still checks their syntax and
+depth as it skips them, at about a third of the cost of building them (a 48 KB agent turn: 36
+against 100 µs). Whoever reads such a key reads it through `value`.
 """
 
 from __future__ import annotations
@@ -44,9 +45,14 @@ def loads_leaving(data: bytes, keys: frozenset[str]) -> Any:
         return loads(data)
 
 
+def value(read: Any) -> Any:
+    """A value of what `loads_leaving` returned, as `loads` would have read it."""
+    return loads(bytes(read)) if type(read) is Unread else read
+
+
 def read_all(obj: dict[str, Any]) -> dict[str, Any]:
     """`obj` with every `Unread` value read, as `loads` would have read it."""
-    return {k: loads(bytes(v)) if type(v) is Unread else v for k, v in obj.items()}
+    return {k: value(v) for k, v in obj.items()}
 
 
 def loads_text(text: str) -> Any:

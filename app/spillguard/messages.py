@@ -162,5 +162,5 @@ WIRE = MessagesWire(
     repair_reply=repair_reply,
     reply_markup=reply_markup,
     repairable=repairable,
-    unread=frozenset({"messages", "system"}),
+    unread=frozenset({"messages", "system", "tools"}),
 )

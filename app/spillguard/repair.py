@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import jsonread
 from .correction import Choice, tool_choice
 from .detect import Call, Finding, ToolSet, read_calls
 from .policy import Policy
@@ -66,7 +67,7 @@ def allowed(body: dict[str, Any]) -> frozenset[str] | None:
 def free_form(body: dict[str, Any]) -> frozenset[str]:
     """The custom tools of Chat and Responses: they take free text, never JSON arguments
     (Anthropic's `custom` tools carry an `input_schema` and are ordinary ones)."""
-    tools = body.get("tools")
+    tools = jsonread.value(body.get("tools"))
     names = set()
     for t in tools if isinstance(tools, list) else []:
         if isinstance(t, dict) and t.get("type") == "custom" and "input_schema" not in t:
@@ -81,7 +82,8 @@ def may_repair(policy: Policy, body: dict[str, Any], chaining: Chaining | None) 
     """Whether a finding in the reply to `body` may be repaired at all (before any is read)."""
     if chaining is not None and chaining.stored(body):
         return False
-    if body.get("functions") is not None and body.get("tools") is None:
+    read = jsonread.value
+    if read(body.get("functions")) is not None and read(body.get("tools")) is None:
         return False
     if allowed(body) == frozenset():
         return False

@@ -196,5 +196,5 @@ WIRE = Wire(
     repair_reply=repair_reply,
     reply_markup=reply_markup,
     repairable=repairable,
-    unread=frozenset({"input", "instructions"}),
+    unread=frozenset({"input", "instructions", "tools"}),
 )

@@ -189,8 +189,9 @@ class Wire:
     reply_usage: Callable[[Any], Usage | None] = reply_usage
     stream_usage: Callable[[Stream], Usage | None] = lambda stream: None
     chaining: Chaining | None = None
-    # Top-level keys whose values are read only to write a retry out by hand (the
-    # conversation): a long request leaves them as their bytes (`jsonread.loads_leaving`).
+    # Top-level keys read only now and then (the conversation, for a retry written out by
+    # hand; the tools, when a reply needs them): a long request leaves them as their bytes
+    # (`jsonread.loads_leaving`), and whoever reads one reads it through `jsonread.value`.
     unread: frozenset[str] = frozenset()
     # Repair mode. The whole reply with `calls` in place of its markup, from (raw reply, parsed
     # reply, finding, prose before the markup, calls); None when this reply cannot carry them.

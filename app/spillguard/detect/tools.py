@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from ..jsonread import Unread, loads
+
 
 @dataclass(frozen=True)
 class ToolSet:
@@ -16,16 +18,20 @@ class ToolSet:
     are the request's tool entries as it wrote them; `names`, `params` (each tool's parameter
     names) and `schemas` (each tool's parameter JSON Schema as the request wrote it; a tool
     without one takes any object) are read from them when first asked for, which a reply with
-    no marker's needle in it never does."""
+    no marker's needle in it and no structured call never does. `unread`: instead of
+    `entries`, the request's one tool array as its raw JSON (`jsonread.Unread`, from a long
+    request), read then too."""
 
     declared: bool = False
     entries: tuple[Any, ...] = ()
+    unread: Unread | None = None
 
     @cached_property
     def _tables(self) -> tuple[dict[str, frozenset[str]], dict[str, Any]]:
         params: dict[str, frozenset[str]] = {}
         schemas: dict[str, Any] = {}
-        for entry in self.entries:
+        entries = self.entries if self.unread is None else loads(bytes(self.unread))
+        for entry in entries:
             read = _read(entry)
             if read is not None:
                 name, schema = read
@@ -93,11 +99,24 @@ def declared_tools(body: Any) -> ToolSet:
         tfmt = text.get("format")
         if isinstance(tfmt, dict) and tfmt.get("type") == "json_schema":
             return NO_TOOLS
-    entries: list[Any] = []
-    for key in ("tools", "functions"):
-        value = body.get(key)
-        if isinstance(value, list):
-            entries.extend(value)
-    if not entries:
+    given = [
+        value
+        for key in ("tools", "functions")
+        if (isinstance(value := body.get(key), list) and value)
+        or (type(value) is Unread and _has_items(value))
+    ]
+    if not given:
         return NO_TOOLS
-    return ToolSet(declared=True, entries=tuple(entries))
+    if len(given) == 1 and type(given[0]) is Unread:
+        return ToolSet(declared=True, unread=given[0])
+    read = [loads(bytes(v)) if type(v) is Unread else v for v in given]
+    return ToolSet(declared=True, entries=tuple(e for entries in read for e in entries))
+
+
+def _has_items(raw: Unread) -> bool:
+    """The raw JSON value (valid, as msgspec skipped it) is an array of one item or more."""
+    text = bytes(raw)
+    i = 1
+    while text[i : i + 1] in (b" ", b"\t", b"\r", b"\n"):
+        i += 1
+    return text[:1] == b"[" and text[i : i + 1] != b"]"
