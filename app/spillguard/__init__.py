@@ -19,7 +19,8 @@ everything else to FastAPI (the service routes, and every other /v1 path relayed
 upstream and model, then its `x-spillguard-mode`); `Context.incoming` reads all a request's
 scope says in one pass. `handlers.py` holds the handlers of that context (the /v1 routes as ASGI
 apps): read the body (`downstream.py`: the body under its deadline, and watching for the client
-to leave), parse it (`jsonread.py`), decide whether it can be inspected, hand it to the wire's
+to leave), parse it (`jsonread.py`; a long one leaving its conversation and tools as bytes
+until something reads them), decide whether it can be inspected, hand it to the wire's
 `proxy.Decision`, and turn what comes back into a response (`answer.py` for a whole one,
 `eventstream.py` for a stream).
 
