@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from spillguard.jsonread import LEAVE_FROM
 from spillguard.scripted import Raw
 from spillguard.scripted_anthropic import Message, error, text, thinking
 from tests.anthropic_stack import (
@@ -100,11 +101,17 @@ async def test_every_family_is_retried_into_the_real_call(stack: Make, family: s
     assert s.calls == 2
 
 
-async def test_the_retry_keeps_every_field_and_never_echoes_the_markup(stack: Make) -> None:
+@pytest.mark.parametrize("long", [False, True])
+async def test_the_retry_keeps_every_field_and_never_echoes_the_markup(
+    stack: Make, long: bool
+) -> None:
+    """`long`: a system prompt that makes the request long enough to be read leaving its
+    messages, system and tools as their bytes (`jsonread.LEAVE_FROM`)."""
     s = await stack(Message([text("Let me check that.\n" + MINIMAX)]), CALL)
+    system = "Be brief. " * (LEAVE_FROM // 10 if long else 1)
     body = {
         **create(),
-        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
         "thinking": {"type": "enabled", "budget_tokens": 2048},
         "metadata": {"user_id": "u-42"},
         "tool_choice": {"type": "auto"},
@@ -126,6 +133,7 @@ async def test_the_retry_keeps_every_field_and_never_echoes_the_markup(stack: Ma
     assert second["messages"][1] == {"role": "assistant", "content": "Let me check that.\n"}
     assert second["messages"][2]["role"] == "user"
     assert len(second["messages"]) == 3
+    assert (len(raw) >= LEAVE_FROM) is long
 
 
 async def test_a_leak_with_no_prose_sends_no_assistant_turn(stack: Make) -> None:
@@ -225,13 +233,15 @@ async def raw_stream(s: AnthropicStack, body: dict[str, Any]) -> tuple[int, dict
         return r.status_code, dict(r.headers), data
 
 
-async def test_prose_then_a_leak_is_spliced_into_one_message(stack: Make) -> None:
+@pytest.mark.parametrize("long", [False, True])
+async def test_prose_then_a_leak_is_spliced_into_one_message(stack: Make, long: bool) -> None:
     leak = Message([text("Let me check that.\n" + DSML)], delay=0.01)
     s = await stack(leak, CALL, leak, CALL)
-    message = await final(s)
+    message = await final(s, system="Be brief. " * (LEAVE_FROM // 10) if long else "Be brief.")
     assert blocks(message) == [("text", "Let me check that.\n"), ("tool_use", "get_weather")]
     assert message.stop_reason == "tool_use"
-    status, _, data = await raw_stream(s, {**create(), "stream": True})
+    extra = {"system": "Be brief. " * (LEAVE_FROM // 10)} if long else {}
+    status, _, data = await raw_stream(s, {**create(**extra), "stream": True})
     view = messages_view(data)  # one message_start, consecutive indexes, no blank text block
     assert status == 200 and view.starts == 1 and view.stops == 1
     assert [b.type for b in view.blocks] == ["text", "tool_use"]
