@@ -45,9 +45,9 @@ def loads_leaving(data: bytes, keys: frozenset[str]) -> Any:
         return loads(data)
 
 
-def value(read: Any) -> Any:
+def value(given: Any) -> Any:
     """A value of what `loads_leaving` returned, as `loads` would have read it."""
-    return loads(bytes(read)) if type(read) is Unread else read
+    return loads(bytes(given)) if type(given) is Unread else given
 
 
 def read_all(obj: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 from .detect import Anomaly, Finding, ToolSet, TurnScanner, call_anomalies, may_find
 from .errors import SpillguardError
 from .idmap import IdMap, Spliced
-from .jsonread import Unread, loads, read_all
+from .jsonread import Unread, read_all, value
 from .rawjson import elements, replace_values
 from .responses_events import dumps, function_names, is_call
 from .responses_repair import repair_reply, reply_markup
@@ -134,7 +134,7 @@ def chain_request(
         values["previous_response_id"] = upstream
     given = body.get("input")
     if type(given) is Unread:  # read only when an item it names may have a copy
-        given = loads(bytes(given)) if ids.holds_items() else None
+        given = value(given) if ids.holds_items() else None
     given = given if isinstance(given, list) else []
     copies = [ids.item(ref) if (ref := _reference(i)) else None for i in given]
     if any(copies):

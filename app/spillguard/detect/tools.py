@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..jsonread import Unread, loads
+from ..jsonread import Unread, value
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class ToolSet:
     def _tables(self) -> tuple[dict[str, frozenset[str]], dict[str, Any]]:
         params: dict[str, frozenset[str]] = {}
         schemas: dict[str, Any] = {}
-        entries = self.entries if self.unread is None else loads(bytes(self.unread))
+        entries = self.entries if self.unread is None else value(self.unread)
         for entry in entries:
             read = _read(entry)
             if read is not None:
@@ -100,23 +100,22 @@ def declared_tools(body: Any) -> ToolSet:
         if isinstance(tfmt, dict) and tfmt.get("type") == "json_schema":
             return NO_TOOLS
     given = [
-        value
+        got
         for key in ("tools", "functions")
-        if (isinstance(value := body.get(key), list) and value)
-        or (type(value) is Unread and _has_items(value))
+        if (isinstance(got := body.get(key), list) and got)
+        or (type(got) is Unread and _has_items(got))
     ]
     if not given:
         return NO_TOOLS
     if len(given) == 1 and type(given[0]) is Unread:
         return ToolSet(declared=True, unread=given[0])
-    read = [loads(bytes(v)) if type(v) is Unread else v for v in given]
-    return ToolSet(declared=True, entries=tuple(e for entries in read for e in entries))
+    return ToolSet(declared=True, entries=tuple(e for v in given for e in value(v)))
 
 
 def _has_items(raw: Unread) -> bool:
     """The raw JSON value (valid, as msgspec skipped it) is an array of one item or more."""
-    text = bytes(raw)
+    text = memoryview(raw)  # no copy of the whole array for its first few bytes
     i = 1
-    while text[i : i + 1] in (b" ", b"\t", b"\r", b"\n"):
+    while i < len(text) and text[i] in b" \t\r\n":
         i += 1
-    return text[:1] == b"[" and text[i : i + 1] != b"]"
+    return text[0] == ord("[") and i < len(text) and text[i] != ord("]")
