@@ -685,17 +685,19 @@ def _bound_point(row: Row, rate: float, plan: Plan) -> dict:
 
 @dataclass
 class _Search:
-    """One row's search for its bound: a ladder of rates doubling from BOUND_PROBE until one
-    fails above one that held, then a bisection (in log space) between those two.
+    """One row's search for its bound: a ladder of rates doubling from BOUND_PROBE up to the
+    ceiling, every rung measured, then a bisection (in log space) between the highest rung
+    that held and the rung (or ceiling) above it.
 
-    The ladder goes on past failures below the first rate that held: on an idle VM a low rate
-    can read a worse p99 than a higher one (every request wakes sleeping vCPUs), so a failed
-    first rung says nothing of the rates above it."""
+    The ladder goes on past failures: on an idle VM a low rate can read a worse p99 than a
+    higher one (every request wakes sleeping vCPUs), so a failed rung says nothing of the
+    rates above it, and a search that stopped at the first failure would report the VM's
+    wake-up time for whichever row drew it."""
 
     row: Row
     proc: Proc | None
     lo: float  # the highest rate that held (0: none yet)
-    hi: float  # the lowest rate above `lo` that failed, or the ceiling
+    hi: float  # the ceiling, then the lowest rate above `lo` that failed
     bisections: int
     points: list[dict] = field(default_factory=list)
     climbing: bool = True
@@ -705,7 +707,9 @@ class _Search:
             rate = BOUND_PROBE * 2 ** len(self.points)
             if rate < self.hi:
                 return rate
-            self.climbing = False  # the ceiling: bisect below it, if anything held
+            self.climbing = False  # the ceiling: bisect above the highest rung that held
+            if self.lo and 2 * self.lo < self.hi:
+                self.hi = 2 * self.lo  # the rung above it, which failed
         if not self.lo or not self.bisections:
             return None
         self.bisections -= 1
@@ -715,8 +719,8 @@ class _Search:
         self.points.append(point)
         if point["within"]:
             self.lo = max(self.lo, rate)
-        elif self.lo:  # above a rate that held
-            self.hi, self.climbing = min(self.hi, rate), False
+        elif not self.climbing:  # a bisection's point, above `lo`
+            self.hi = min(self.hi, rate)
 
 
 def bound(live_rows: Live, plan: Plan, out: Path, ceilings: dict[str, float]) -> list[dict]:
