@@ -991,10 +991,14 @@ def _memory(data: dict, images: list[str], prefix: str) -> list[str]:
 
 
 def _components(data: dict, images: list[str], prefix: str) -> list[str]:
-    comp = [c for c in data.get("components") or [] if "error" not in c]
-    if not comp:
+    every = data.get("components") or []
+    if not every:
         return []
     parts = ["", "## Where the time goes: each step alone", ""]
+    failed = [c["error"] for c in every if "error" in c]
+    if failed:  # said, not left out: a section that failed is a finding of the run
+        return [*parts, "**This section failed in this run:**", "", "```", failed[0].strip(), "```"]
+    comp = every
     parts.append(
         "`python -m bench.components`, in one process on CPU 0: each step of the request "
         "path timed on its own over many calls (best of 5 batches), on the bench's request "
