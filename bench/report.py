@@ -93,6 +93,8 @@ def combine(rounds: list[dict], keys: tuple[str, ...]) -> dict:
     out["errors"] = sum(r.get("errors", 0) for r in rounds)
     foreign = [r["foreign_cpu_pct"] for r in use if r.get("foreign_cpu_pct") is not None]
     out["foreign_cpu_pct"] = round(max(foreign), 1) if foreign else None
+    stolen = [r["steal_pct"] for r in use if r.get("steal_pct") is not None]
+    out["steal_pct"] = round(max(stolen), 1) if stolen else None
     out["quiet_rounds"] = len(quiet)
     out["rounds"] = rounds
     return out
@@ -601,7 +603,8 @@ def _run(data: dict) -> list[str]:
         "own process, idle until its turn), interleaved round by round in rotating order. Each "
         f"figure is the median of the point's quiet rounds (other processes under {QUIET_PCT:.0f}% "
         "of a core), or of all its rounds when none was quiet; the *other CPU %* columns give "
-        "the most any used round saw. Non-streamed load: `wrk -t1`; streams: bench/loadgen.py.",
+        "the most any used round saw, and *steal %* the most host steal of the proxy's CPU any "
+        "second of them saw. Non-streamed load: `wrk -t1`; streams: bench/loadgen.py.",
     ]
     if data.get("litellm_note"):
         parts.append(f"- LiteLLM: {data['litellm_note']}")
@@ -613,6 +616,15 @@ def _run(data: dict) -> list[str]:
         parts.append(
             "- Other processes on the machine (not this run's), CPU % of one core sampled "
             f"each second: {noisy}."
+        )
+    steal = data.get("steal") or {}
+    if steal:
+        stolen = ", ".join(
+            f"{k} {v['mean_pct']:.1f}% mean / {v['max_pct']:.1f}% max" for k, v in steal.items()
+        )
+        parts.append(
+            "- Steal (the time the hypervisor ran something else on the proxy's CPU, from "
+            f"/proc/stat), sampled each second: {stolen}."
         )
     return parts
 
@@ -650,6 +662,7 @@ NS_HEADER = (
     "errors",
     "peak RSS MB",
     "other CPU %",
+    "steal %",
 )
 
 
@@ -678,7 +691,7 @@ def _nonstream(data: dict, images: list[str], prefix: str) -> list[str]:
     table = []
     for r in ns:
         if "error" in r:
-            table.append(_error_row(r, 8))
+            table.append(_error_row(r, 9))
             continue
         for lv in r["levels"]:
             d = _level(direct, lv["concurrency"])
@@ -696,6 +709,7 @@ def _nonstream(data: dict, images: list[str], prefix: str) -> list[str]:
                     _fmt(lv["errors"]),
                     _fmt(r.get("peak_mb"), 0),
                     _fmt(lv.get("foreign_cpu_pct"), 0),
+                    _fmt(lv.get("steal_pct"), 1),
                 ]
             )
     return [*parts, "", _table(NS_HEADER, table)]

@@ -250,15 +250,33 @@ class Stack:
         self.procs.clear()
 
 
+def _cpu_times(cpu: str) -> tuple[int, int] | None:
+    """(steal, total) jiffies of one CPU from /proc/stat; None where there is none (not Linux)."""
+    try:
+        with open("/proc/stat") as stat:
+            for line in stat:
+                if line.startswith(f"cpu{cpu} "):
+                    ticks = [int(t) for t in line.split()[1:]]
+                    # user nice system idle iowait irq softirq steal: guest time is in user
+                    return (ticks[7], sum(ticks[:8])) if len(ticks) >= 8 else None
+    except OSError:
+        return None
+    return None
+
+
 class Noise:
-    """Samples, once a second, the CPU used by processes that are not this run's, so a report
-    says when something else on the machine competed for the cores."""
+    """Samples, once a second, the CPU used by processes that are not this run's, and the time
+    the hypervisor took from the proxy's CPU (steal), so a report says when something else on
+    the machine, or under it, competed for the cores."""
 
     def __init__(self) -> None:
         import threading
 
         self.samples: dict[str, list[float]] = {}
         self.series: list[tuple[float, float]] = []  # (monotonic time, foreign CPU %)
+        self.steal: dict[str, list[float]] = {}  # by section: % of the proxy's CPU stolen
+        self.steal_series: list[tuple[float, float]] = []
+        self._last_times = _cpu_times(PROXY_CPU)
         self.section = "setup"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -298,12 +316,24 @@ class Noise:
             except Exception:  # never let the sampler break a run
                 continue
             self.samples.setdefault(self.section, []).append(value)
-            self.series.append((time.monotonic(), value))
+            now = time.monotonic()
+            self.series.append((now, value))
+            times, last = _cpu_times(PROXY_CPU), self._last_times
+            if times and last and times[1] > last[1]:
+                stolen = 100.0 * (times[0] - last[0]) / (times[1] - last[1])
+                self.steal.setdefault(self.section, []).append(stolen)
+                self.steal_series.append((now, stolen))
+            self._last_times = times
 
     def during(self, t0: float, t1: float) -> float | None:
         """Mean foreign CPU % sampled between two monotonic times."""
         values = [v for t, v in self.series if t0 <= t <= t1 + 0.5]
         return round(sum(values) / len(values), 1) if values else None
+
+    def steal_during(self, t0: float, t1: float) -> float | None:
+        """The most steal (% of the proxy's CPU) any second between two monotonic times saw."""
+        values = [v for t, v in self.steal_series if t0 <= t <= t1 + 0.5]
+        return round(max(values), 1) if values else None
 
     def wait_quiet(self, limit_pct: float, max_wait: float) -> float:
         """Wait (at most max_wait s) until 2 s in a row saw under limit_pct foreign CPU."""
@@ -323,6 +353,13 @@ class Noise:
                 out[section] = {"mean_pct": round(mean, 1), "max_pct": round(max(values), 1)}
         return out
 
+    def steal_summary(self) -> dict[str, dict[str, float]]:
+        return {
+            section: {"mean_pct": round(sum(v) / len(v), 1), "max_pct": round(max(v), 1)}
+            for section, v in self.steal.items()
+            if v
+        }
+
 
 NOISE: Noise | None = None
 QUIET = {"limit": 15.0, "wait": 0.0}
@@ -335,6 +372,7 @@ def measured(fn: Any, *args: Any, **kw: Any) -> dict:
     t0 = time.monotonic()
     result = fn(*args, **kw)
     result["foreign_cpu_pct"] = NOISE.during(t0, time.monotonic()) if NOISE else None
+    result["steal_pct"] = NOISE.steal_during(t0, time.monotonic()) if NOISE else None
     if waited:
         result["waited_for_quiet_s"] = waited
     return result
@@ -549,7 +587,7 @@ def nonstream(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
                     f"  {row.label} c={conc} round {round_no + 1}: "
                     f"{result['req_per_s']:.0f} req/s, p50 {result['p50_ms']} ms, "
                     f"p99 {result['p99_ms']} ms, cpu {result.get('cpu_us_per_req')} us/req, "
-                    f"other CPU {result['foreign_cpu_pct']}%"
+                    f"other CPU {result['foreign_cpu_pct']}%, steal {result['steal_pct']}%"
                 )
     results = []
     for row, proc in live:
@@ -604,7 +642,8 @@ def streamed(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
                 loads.setdefault((row.key, conc), []).append(result)
                 log(
                     f"  {row.label} {conc} streams round {round_no + 1}: "
-                    f"{result['events_per_s']:.0f} chunks/s, other CPU {result['foreign_cpu_pct']}%"
+                    f"{result['events_per_s']:.0f} chunks/s, "
+                    f"other CPU {result['foreign_cpu_pct']}%, steal {result['steal_pct']}%"
                 )
     results = []
     for row, proc in live:
@@ -1107,6 +1146,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.stop_all()
         noise.stop()
         data["foreign_cpu"] = noise.summary()
+        data["steal"] = noise.steal_summary()
         data["seconds"] = round(time.monotonic() - t0, 1)
         (out / "results.json").write_text(json.dumps(data, indent=1))
     render(data, out)
