@@ -608,25 +608,25 @@ def _run(data: dict) -> list[str]:
     ]
     if data.get("litellm_note"):
         parts.append(f"- LiteLLM: {data['litellm_note']}")
-    foreign = data.get("foreign_cpu") or {}
+    foreign, steal = data.get("foreign_cpu") or {}, data.get("steal") or {}
     if foreign:
-        noisy = ", ".join(
-            f"{k} {v['mean_pct']:.0f}% mean / {v['max_pct']:.0f}% max" for k, v in foreign.items()
-        )
         parts.append(
             "- Other processes on the machine (not this run's), CPU % of one core sampled "
-            f"each second: {noisy}."
+            f"each second: {_by_section(foreign, 0)}."
         )
-    steal = data.get("steal") or {}
     if steal:
-        stolen = ", ".join(
-            f"{k} {v['mean_pct']:.1f}% mean / {v['max_pct']:.1f}% max" for k, v in steal.items()
-        )
         parts.append(
             "- Steal (the time the hypervisor ran something else on the proxy's CPU, from "
-            f"/proc/stat), sampled each second: {stolen}."
+            f"/proc/stat), sampled each second: {_by_section(steal, 1)}."
         )
     return parts
+
+
+def _by_section(summary: dict, digits: int) -> str:
+    return ", ".join(
+        f"{k} {v['mean_pct']:.{digits}f}% mean / {v['max_pct']:.{digits}f}% max"
+        for k, v in summary.items()
+    )
 
 
 def _targets(data: dict) -> list[str]:

@@ -346,19 +346,18 @@ class Noise:
         return round(time.monotonic() - t0, 1)
 
     def summary(self) -> dict[str, dict[str, float]]:
-        out = {}
-        for section, values in self.samples.items():
-            if values:
-                mean = sum(values) / len(values)
-                out[section] = {"mean_pct": round(mean, 1), "max_pct": round(max(values), 1)}
-        return out
+        return _mean_and_max(self.samples)
 
     def steal_summary(self) -> dict[str, dict[str, float]]:
-        return {
-            section: {"mean_pct": round(sum(v) / len(v), 1), "max_pct": round(max(v), 1)}
-            for section, v in self.steal.items()
-            if v
-        }
+        return _mean_and_max(self.steal)
+
+
+def _mean_and_max(by_section: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    return {
+        section: {"mean_pct": round(sum(v) / len(v), 1), "max_pct": round(max(v), 1)}
+        for section, v in by_section.items()
+        if v
+    }
 
 
 NOISE: Noise | None = None
