@@ -48,7 +48,8 @@ _LINE_EVENT = re.compile(
 )
 _CHAR_EVENT = re.compile(
     _openers("") + r"|\\(?=[<\[])"
-    r"| (?:(?<=assistant )|(?<=commentary )|(?<=analysis )|(?<=final )|(?<=[.!?:>\n] ))"
+    r"| (?:(?<=assistant )|(?<=commentary )|(?<=analysis )|(?<=final )"
+    r"|(?<=[.!?>\n] )|(?<=[^\"]: ))"  # a colon after a JSON key's quote ends no sentence
     r"(?=to=functions\.)"
     r"|f(?<!\wf)(?=unctools\[)"
     r"|``*"
@@ -69,7 +70,8 @@ _LINE_AT_END = re.compile(
 _CHAR_AT_END = re.compile(
     r"::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z"  # waiting: `::`, triple quotes
     r"|<[^\n]?\Z|\[[^\n]?\Z|\][^\n]?\Z|◁[^\n]?\Z|\\[^\n]?\Z"  # a marker's first characters
-    r"| (?:(?<=assistant )|(?<=commentary )|(?<=analysis )|(?<=final )|(?<=[.!?:>\n] ))"
+    r"| (?:(?<=assistant )|(?<=commentary )|(?<=analysis )|(?<=final )"
+    r"|(?<=[.!?>\n] )|(?<=[^\"]: ))"  # a colon after a JSON key's quote ends no sentence
     r"(?:" + _prefixes("to=functions.") + r")\Z"
     r"|f(?<!\wf)(?:" + _prefixes("unctools[") + r")\Z"
 )
@@ -163,7 +165,13 @@ def end_event(t: str, start: int) -> Event | None:
     c = _CHAR_AT_END.search(t, max(start, line))
     if c is None:
         return None
-    return ("wait" if t[c.start()] in _WAITS_AT_END else "cand"), c.start(), c.end()
+    if t[c.start()] not in _WAITS_AT_END:
+        return "cand", c.start(), c.end()
+    # `: ` at the end is also where a bare harmony recipient may begin (`: to=functions.`), which
+    # the whole text finds from its space: that must be held, not only waited for. (Not after a
+    # JSON key's `"`: a colon that ends a key is no sentence's end.)
+    hold = t.endswith(": ") and t[-3:-2] != '"'
+    return ("hold" if hold else "wait"), c.start(), c.end()
 
 
 def at_end(t: str, i: int, bound: int) -> Event | None:

@@ -253,7 +253,7 @@ class Judge(BlockReader):
             return self._candidate(t, j, final, at_start=False)
         if kind == "start":
             return self._candidate(t, e, final, at_start=True)
-        if kind == "indent":
+        if kind in ("indent", "hold"):
             return self._stop(j, held=True)
         if kind == "wait":
             return self._stop(j, held=False)
