@@ -38,7 +38,21 @@ from .markers import Kind, Scope
 _LINE_CAP = 256  # of a line only its head is kept: enough for indentation, quotes and fences
 _CONTEXT = 16  # characters kept before the undecided text: line starts, quotes, glued words
 _TAIL_WORD = 10  # of a partial QUIET_TAIL finds, this much may come before the text: `commentary`
-_QUOTES = frozenset("\"'`“‘«„")
+_QUOTES = frozenset("\"'`“‘«„「『")
+_SENTENCE_END = frozenset(".!?…")
+
+
+def _quoted(t: str, j: int) -> bool:
+    """The marker at `j` follows a quotation mark that opens a quote. One that ends a sentence's
+    quote closes it instead (`…for "boots."<marker>`), as does German `“` or `‘` after a word
+    (`„Wetter“<marker>`): a marker glued to those is not quoted."""
+    mark = t[j - 1]
+    if mark not in _QUOTES:
+        return False
+    before = t[j - 2 : j - 1]
+    if mark in "\"'“‘" and before in _SENTENCE_END:
+        return False
+    return not (mark in "“‘" and before.isalnum() and before < "\u0250")  # a Latin word
 
 
 class Judge(BlockReader):
@@ -297,7 +311,7 @@ class Judge(BlockReader):
             head[indent : indent + 1] in (">", "\t")
             or indent > 3
             or (self._code is not None and self._code[0] == start)
-            or t[j - 1] in _QUOTES
+            or _quoted(t, j)
         ):
             return j + 1
         at = self._abs(j)
