@@ -159,7 +159,11 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling("qwen3_coder", _names(r'<function="?(?P<%s>[^">\n]{1,128})"?>', 1), M, declared=True),
     Spelling(
         "minicpm",
-        _names(r'<function\s{1,4}name="(?P<%s>' + QNAME + r')"\s{0,4}>', 1),
+        _names(
+            r'<function\s{1,4}name="(?P<%s>' + QNAME + r')"\s{0,4}>\s{0,8}'
+            r"(?:<param\s{1,4}name=|</function>)",  # a call, not a definition's <description>
+            1,
+        ),
         A,
         declared=True,
     ),
