@@ -112,7 +112,8 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling(
         "mistral",
         r"\\?\[TOOL" + SEP + r"CALLS\\?\][ \t]{0,4}(?:[\[{]|[A-Za-z_\\][\w.\-\\]{0,127}"
-        r"[ \t]{0,4}(?:\\?\[(?:ARGS|CALL" + SEP + r"ID)\\?\]|\{))",
+        r"[ \t]{0,4}(?:\\?\[CALL" + SEP + r"ID\\?\][^\[\]\n]{0,64})?"
+        r"(?:\\?\[ARGS\\?\][ \t]{0,4})?\{)",  # the arguments: a JSON object, not prose
         M,
     ),
     Spelling("pythonic", tok("python", "start")),  # Llama 4's wrapper of the pythonic list
