@@ -34,6 +34,7 @@ NOT_REPAIRED = {
     "harmony-04-no-recipient": "no recipient: no name to call",
     "harmony-14-no-recipient-glued": "no recipient: no name to call",
     "harmony-15-reasoning-no-recipient": "no recipient: no name to call",
+    "harmony-19-tokens-stripped": "special tokens stripped: no frame around the arguments",
     "dsml-15-drift-tool-as-tag": "tool written as the tag: no closer, untyped attributes",
     "dsml-16-drift-tool-as-tag-glued": "tool written as the tag: no closer, untyped attributes",
     "qwen3_coder-07-no-closers": "no closers: where the last value ends is a guess",
