@@ -118,15 +118,21 @@ async def test_headers_then_stall_is_504(stream: bool) -> None:
         assert pool_in_use(sg) == 0
 
 
-async def test_stalled_stream_held_past_keepalive_ends_with_error_event() -> None:
-    """Held back long enough that keep-alives started the response: the deadline then arrives
-    as an error event and [DONE], not as a hang."""
+@pytest.mark.parametrize(
+    "deadline", [{"read_timeout": 30}, {"read_timeout": 0.5, "total_timeout": 30}]
+)
+async def test_stalled_stream_held_past_keepalive_ends_with_error_event(
+    deadline: dict[str, Any],
+) -> None:
+    """Held back long enough that keep-alives started the response: the total deadline, or the
+    read timeout (silence counted from the upstream's last byte, not from the last keep-alive),
+    then arrives as an error event and [DONE], not as a hang."""
 
     async def stall(conn: RawConn, req: RawRequest) -> None:
         await conn.send(head(200, SSE) + chunk(events("")[0]))  # the role chunk only
         await conn.until_closed()
 
-    settings = FAST | {"read_timeout": 30, "keepalive": 0.3}
+    settings = FAST | deadline | {"keepalive": 0.1}
     async with RawUpstream(stall) as up, serve(up.url, **settings) as sg:
         r = await asyncio.wait_for(post(sg.url, True), HANG)
         assert r.status_code == 200

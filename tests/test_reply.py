@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from spillguard.errors import UpstreamTimeout
-from spillguard.reply import BOUND, DEADLINE, Deadline
+from spillguard.reply import BOUND, DEADLINE, IDLE, Deadline
 from spillguard.settings import Settings
 from spillguard.upstream import Upstream
 
@@ -207,6 +207,31 @@ async def test_the_timer_ends_a_wait_for_its_bound_or_the_deadline_and_says_whic
         deadline.cancel()
 
 
+async def test_the_timer_ends_a_wait_for_silence_counted_from_the_last_byte_heard() -> None:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    deadline = Deadline(loop, loop.time() + 5, idle=0.1)
+    try:
+        deadline.begin(task, loop.time() + 5)
+
+        async def heard_later() -> None:
+            await asyncio.sleep(0.06)
+            deadline.heard = loop.time()  # a byte read within the wait: silence starts again
+
+        hearing = asyncio.create_task(heard_later())
+        began = loop.time()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.sleep(5)
+        assert loop.time() - began >= 0.15  # from the byte heard, not from the wait's start
+        assert deadline.ended_by(task) == IDLE
+        deadline.end(task)
+        assert not deadline.passed and task.cancelling() == 0
+        await hearing
+    finally:
+        deadline.cancel()
+
+
 async def test_a_deadline_that_comes_between_waits_cancels_nothing() -> None:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
@@ -345,6 +370,61 @@ async def test_a_bound_that_ends_a_wait_leaves_the_deadline_standing() -> None:
                     nones += piece is None
         assert nones >= 3
         await asyncio.wait_for(closed.wait(), 5)
+    finally:
+        await upstream.close()
+        server.close()
+
+
+async def test_silence_past_the_read_timeout_ends_a_stream_whose_waits_keep_ending() -> None:
+    """Keep-alive bounds end wait after wait; the silence still counts from the last byte heard,
+    so the read-idle timeout ends the stream long before the total deadline."""
+    server, url, closed = await _stream_server(2, 5)
+    upstream = Upstream(Settings(upstream=url, total_timeout=30, read_timeout=0.3))
+    await upstream.start()
+    try:
+        nones = 0
+        async with asyncio.timeout(3):
+            with pytest.raises(UpstreamTimeout, match="stopped sending"):
+                async with await upstream.open("POST", upstream.url("x", ""), {}, b"{}") as reply:
+                    while (piece := await reply.wait_chunk(0.05)) != b"":
+                        nones += piece is None
+        assert nones >= 3
+        await _left_clean(upstream, closed)
+    finally:
+        await upstream.close()
+        server.close()
+
+
+@pytest.mark.parametrize("whole", [True, False])
+async def test_a_body_that_keeps_coming_outlasts_the_read_timeout(whole: bool) -> None:
+    """Pieces 0.1 s apart for a second, with a 0.3 s read timeout: each piece heard moves the
+    silence on, in one whole read as in a wait a piece."""
+    server, url, _closed = await _stream_server(10, 0.1)
+    upstream = Upstream(Settings(upstream=url, total_timeout=30, read_timeout=0.3))
+    await upstream.start()
+    try:
+        async with await upstream.open("POST", upstream.url("x", ""), {}, b"{}") as reply:
+            if whole:
+                body = await reply.read(10_000)
+            else:
+                body = b"".join([piece async for piece in reply.iter_raw()])
+        assert body == b"".join(b"data: %d\n\n" % n for n in range(10))
+    finally:
+        await upstream.close()
+        server.close()
+
+
+async def test_a_silent_upstream_is_a_timeout_at_the_read_timeout() -> None:
+    """No response head within the read timeout, well before the total deadline."""
+    server, url = await _silent_server()
+    upstream = Upstream(Settings(upstream=url, total_timeout=30, read_timeout=0.2))
+    await upstream.start()
+    try:
+        async with asyncio.timeout(3):
+            with pytest.raises(UpstreamTimeout, match="did not answer in time"):
+                await upstream.open("GET", upstream.url("x", ""), {}, None)
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
     finally:
         await upstream.close()
         server.close()

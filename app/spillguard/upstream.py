@@ -18,7 +18,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from .errors import ClientError, UpstreamTimeout, UpstreamUnavailable
-from .reply import DEADLINE, Deadline, OnWait, Reply, no_wait
+from .reply import Deadline, OnWait, Reply, no_wait
 from .settings import Settings
 
 HOP_BY_HOP = frozenset(
@@ -96,10 +96,10 @@ class Upstream:
         self.base_path = parts.path
         self._session: aiohttp.ClientSession | None = None
         s = settings
-        # The total deadline is spillguard's own (`reply.Deadline`); aiohttp's connect and
-        # read-idle timeouts only, never rounded up.
+        # The total deadline and the read-idle timeout are spillguard's own (`reply.Deadline`);
+        # aiohttp's connect timeout only, never rounded up.
         self._timeout = aiohttp.ClientTimeout(
-            sock_connect=s.connect_timeout, sock_read=s.read_timeout, ceil_threshold=math.inf
+            sock_connect=s.connect_timeout, ceil_threshold=math.inf
         )
 
     async def start(self) -> None:
@@ -139,16 +139,18 @@ class Upstream:
         """Send a request and return once the response headers are in. `on_wait` is told how
         long that took, and then every wait for the body.
 
-        The total deadline covers the whole exchange, headers and body, for every reply alike
-        (`reply.Deadline`): the headers late say "did not answer", the body "the total
-        deadline"."""
+        The deadlines cover the whole exchange, headers and body, for every reply alike
+        (`reply.Deadline`): the total deadline, and the read-idle timeout counted from the
+        request on. Headers late say "did not answer"; a body late says "the total deadline",
+        or "stopped sending"."""
         assert self._session is not None, "Upstream.start() was not called"
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
         assert task is not None
         if decode:
             headers = _identity(headers)
-        deadline = Deadline(loop, loop.time() + self.settings.total_timeout)
+        s = self.settings
+        deadline = Deadline(loop, loop.time() + s.total_timeout, s.read_timeout)
         deadline.begin(task)
         resp = None
         since = time.perf_counter()
@@ -157,7 +159,7 @@ class Upstream:
                 method, url, headers=headers, data=body, allow_redirects=False
             )
         except asyncio.CancelledError:
-            if deadline.ended_by(task) != DEADLINE:
+            if deadline.ended_by(task) == 0:  # the total deadline or the read-idle timeout
                 raise
             raise UpstreamTimeout("Upstream did not answer in time") from None
         except TimeoutError as exc:  # aiohttp's own timeouts are TimeoutError too
