@@ -190,7 +190,10 @@ class Choices:
             return
         size = self._published_len.get(index, 0)
         if size < self._hold_limit:
-            self._published.setdefault(index, []).append(text[: self._hold_limit - size])
+            kept = self._published.get(index)  # not setdefault: no list made a delta
+            if kept is None:
+                kept = self._published[index] = []
+            kept.append(text[: self._hold_limit - size])
             self._published_len[index] = size + len(text)
 
     def _found(self, index: int, finding: Finding) -> None:

@@ -98,6 +98,8 @@ class ChatStream(Choices):
             shape = self._shape
             read = shape.texts(events, at) if shape is not None else None
             if read and shape is not None:  # the shape's deltas in a row, the most of a read
+                if len(read) == count:  # the whole read (so `at` is 0): most reads
+                    return self._feed_run(events, None, read, shape.index)
                 if run and shape.index != index:
                     outs += self._feed_run(run, chunks, texts, index)
                     run, chunks, texts = [], [], []
@@ -161,23 +163,33 @@ class ChatStream(Choices):
         return self._feed_chunk(event, _parsed(event.data or ""))
 
     def _feed_run(
-        self, run: list[Event], chunks: list[dict[str, Any] | None], texts: list[str], index: int
+        self,
+        run: list[Event],
+        chunks: list[dict[str, Any] | None] | None,
+        texts: list[str],
+        index: int,
     ) -> list[Out]:
+        """The content deltas `run` of choice `index`, with their parsed data (`chunks`, None
+        for all read by the shape) and texts."""
         outs: list[Out] = []
         at = 0
         while at < len(run):
             plain = self._plain(index)  # until a finding, or a finish
-            if len(run) - at > 1 and plain:
+            if plain:
                 guard = self._guards.get(index) or self._guard(index)
                 taken = guard.content.feed_quiet_run(texts[at:] if at else texts)
-                if taken:
+                if taken == 1:  # most often the whole of a paced stream's read
+                    text, raw = texts[at], run[at].raw
+                elif taken:
                     text = "".join(texts[at : at + taken])
+                    raw = b"".join([event.raw for event in run[at : at + taken]])
+                if taken:
                     self._record(index, text)
-                    raws = [event.raw for event in run[at : at + taken]]
-                    outs.append(Out(raws[0] if taken == 1 else b"".join(raws), bool(text)))
+                    outs.append(Out(raw, bool(text)))
                     at += taken
                     continue
-            event, chunk, text = run[at], chunks[at], texts[at]
+            event, text = run[at], texts[at]
+            chunk = chunks[at] if chunks is not None else None
             if plain:
                 outs += self._delta(event, chunk, index, text)
             else:

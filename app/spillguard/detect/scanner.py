@@ -150,6 +150,8 @@ class Scanner:
     def feed_quiet_run(self, texts: list[str]) -> int:
         """Take as many of `texts`, from the first, as `feed_quiet` takes read as one text, and
         return how many (0: none was taken)."""
+        if len(texts) == 1:  # a paced stream's read: `_quiet` looks at it once
+            return 1 if self.feed_quiet(texts[0]) else 0
         joined = "".join(texts)
         reach = self._judge.quiet_reach(joined)
         count = end = 0
