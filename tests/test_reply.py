@@ -428,3 +428,35 @@ async def test_a_silent_upstream_is_a_timeout_at_the_read_timeout() -> None:
     finally:
         await upstream.close()
         server.close()
+
+
+def test_an_exchange_head_sets_one_timer_on_uvloop() -> None:
+    """The timer is armed where the wait for the response head may end (the read timeout,
+    before the total deadline), and that wait does not set it again: uvloop's
+    `TimerHandle.when()` may read a hair past the time it was set for. (uvloop may also move
+    its clock on as it sets a timer, so a rare head sets a second one; without the slack about
+    half of them did.)"""
+    import uvloop
+
+    async def timers_a_head() -> float:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        calls = 0
+        call_at = loop.call_at
+
+        def counted(when: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+            nonlocal calls
+            calls += 1
+            return call_at(when, callback, *args)
+
+        loop.call_at = counted  # type: ignore[method-assign, assignment]
+        for n in range(200):
+            deadline = Deadline(loop, loop.time() + 600 + n * 0.001, 120 + n * 0.0007)
+            deadline.begin(task)
+            deadline.end(task)
+            deadline.cancel()
+            await asyncio.sleep(0)
+        return calls / 200
+
+    assert uvloop.run(timers_a_head()) <= 1.05

@@ -30,6 +30,9 @@ OnWait = Callable[[float], None]  # told the seconds of each wait on the upstrea
 TOTAL = "Upstream exceeded the total deadline"
 SILENT = "Upstream stopped sending"
 BOUND, DEADLINE, IDLE = 1, 2, 3  # what the timer ended a wait for
+# uvloop keeps timers in whole milliseconds, and `TimerHandle.when()` may read a hair past the
+# time it was set for: a timer this close to where a wait should end is not set again.
+SLACK = 0.001
 
 
 def no_wait(seconds: float) -> None:
@@ -39,8 +42,8 @@ def no_wait(seconds: float) -> None:
 class Deadline:
     """One exchange's total deadline, at `when` (loop time); its read-idle timeout, `idle`
     seconds after the upstream's last byte (`heard`); and the bound of the wait under way
-    (`due`): one timer, armed at the deadline and moved earlier only for a wait that may end
-    sooner.
+    (`due`): one timer, armed at the earliest of them that may end the wait under way, and
+    moved earlier only for a wait that may end sooner.
 
     A wait registers its task (`begin`); the timer cancels that task when it finds it waiting
     past its bound, past the idle timeout or past the deadline, and notes why (`ended`). A
@@ -61,7 +64,9 @@ class Deadline:
         self.waiter: asyncio.Task[Any] | None = None
         self.passed = False  # the deadline has come: every wait from now on fails
         self.ended = 0  # BOUND, DEADLINE or IDLE: the timer cancelled the waiter for that
-        self.timer: asyncio.TimerHandle | None = loop.call_at(when, self._fire)
+        # Armed where the first wait (the response head's) may end: no second timer for it.
+        edge = min(when, self.heard + idle)
+        self.timer: asyncio.TimerHandle | None = loop.call_at(edge, self._fire)
 
     def begin(self, task: asyncio.Task[Any], due: float = math.inf) -> None:
         """`task` waits on the upstream now, until `due` at the latest (loop time)."""
@@ -72,7 +77,7 @@ class Deadline:
         edge = min(due, self.heard + self.idle)
         if edge < self.when:
             timer = self.timer
-            if timer is not None and timer.when() > edge:
+            if timer is not None and timer.when() > edge + SLACK:
                 timer.cancel()
                 timer = None
             if timer is None:
