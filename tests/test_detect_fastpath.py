@@ -307,3 +307,19 @@ def test_the_bench_stream_agrees_delta_by_delta() -> None:
 def test_the_quiet_tail_ends_in_its_characters(text: str) -> None:
     if QUIET_TAIL.search(text) is not None:
         assert text[-1:] in QUIET_TAIL_ENDS
+
+
+@settings(max_examples=500, deadline=None)
+@given(prose_chunks)
+@example(["We add `commentary functio"])
+@example(["commentary functio"])
+def test_an_empty_text_is_quiet_and_changes_nothing(chunks: list[str]) -> None:
+    """A stream may send an empty content delta anywhere; `Scanner.feed_quiet_run` takes a lone
+    one through `feed_quiet`. It has nothing to read, so the judge is left exactly as it was:
+    `_quiet` would take the empty text's end for the tail's and call the tail clear."""
+    judge = Judge(TOOLS.names)
+    for chunk in chunks:
+        judge.feed(chunk)
+    before = dict(vars(judge))
+    assert judge.feed_quiet("")
+    assert vars(judge) == before

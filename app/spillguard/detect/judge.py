@@ -105,6 +105,8 @@ class Judge(BlockReader):
     def feed_quiet(self, text: str) -> bool:
         """Read `text` if it is quiet, and return True; else leave it unread (the judge's state
         as it was, but for what `_quiet` learned of it) and return False."""
+        if not text:  # nothing to read: `_quiet` would take the tail's end for the text's
+            return True
         tail = self.tail + text
         if not self._quiet(text, tail):
             return False
