@@ -460,3 +460,22 @@ def test_an_exchange_head_sets_one_timer_on_uvloop() -> None:
         return calls / 200
 
     assert uvloop.run(timers_a_head()) <= 1.05
+
+
+async def test_bytes_that_came_while_the_reader_was_busy_are_read_before_the_read_timeout() -> None:
+    """The reader is away past the read timeout (a slow client) while the upstream keeps
+    sending: the next wait reads what is buffered, and the stream reads on to its end."""
+    server, url, _closed = await _stream_server(20, 0.05)
+    upstream = Upstream(Settings(upstream=url, total_timeout=30, read_timeout=0.3))
+    await upstream.start()
+    try:
+        async with await upstream.open("POST", upstream.url("x", ""), {}, b"{}") as reply:
+            got = [await reply.chunk()]
+            await asyncio.sleep(0.5)  # busy elsewhere, past the read timeout
+            while (piece := await reply.wait_chunk(1)) != b"":
+                assert piece is not None
+                got.append(piece)
+        assert b"".join(got) == b"".join(b"data: %d\n\n" % n for n in range(20))
+    finally:
+        await upstream.close()
+        server.close()

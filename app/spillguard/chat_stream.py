@@ -178,12 +178,12 @@ class ChatStream(Choices):
             if plain:
                 guard = self._guards.get(index) or self._guard(index)
                 taken = guard.content.feed_quiet_run(texts[at:] if at else texts)
-                if taken == 1:  # most often the whole of a paced stream's read
-                    text, raw = texts[at], run[at].raw
-                elif taken:
-                    text = "".join(texts[at : at + taken])
-                    raw = b"".join([event.raw for event in run[at : at + taken]])
                 if taken:
+                    if taken == 1:  # most often the whole of a paced stream's read
+                        text, raw = texts[at], run[at].raw
+                    else:
+                        text = "".join(texts[at : at + taken])
+                        raw = b"".join([event.raw for event in run[at : at + taken]])
                     self._record(index, text)
                     outs.append(Out(raw, bool(text)))
                     at += taken

@@ -47,9 +47,9 @@ class Deadline:
 
     A wait registers its task (`begin`); the timer cancels that task when it finds it waiting
     past its bound, past the idle timeout or past the deadline, and notes why (`ended`). A
-    cancelled aiohttp read loses nothing: the bytes stay buffered for the next one. The idle
-    timeout counts only while spillguard waits: a client slow to take the stream is not the
-    upstream's silence."""
+    cancelled aiohttp read loses nothing: the bytes stay buffered for the next one. The
+    silence counts from the last byte read, and only a wait is ended for it: bytes that came
+    while spillguard was busy (a client slow to take the stream) are read at once, before it."""
 
     __slots__ = ("due", "ended", "heard", "idle", "loop", "passed", "timer", "waiter", "when")
 
