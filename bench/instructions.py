@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
                     second = counted(tree, floor, extra, n2, upstream)
                     value = per_unit(first, second, unit)
                     results.setdefault(load, {})[label] = value
-                    print(f"{load:9s} {label:24s} {value:12,.0f} instructions a {unit}", flush=True)
+                    print(f"{load:9s} {label:24s} {value:12,.0f} instructions/{unit}", flush=True)
         finally:
             stack.stop_all()
     for load, by_row in results.items():
