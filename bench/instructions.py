@@ -6,8 +6,8 @@ the instructions a process executes do not. Each row drives its ASGI app in-proc
 (`bench.inproc`: no server, no load generator) under `valgrind --tool=callgrind` twice, with `n1`
 and `n2` requests measured; the difference of the two totals, divided by the difference in
 requests (or in SSE events the client received), cancels start-up, imports and warm-up. The
-upstream is `bench.upstream`, started here on CPU 1. Counts of one tree differed by 1.5% at most
-(three runs, 5 December).
+upstream is `bench.upstream`, started on CPU 1 as `bench.run` starts it (its port must be free).
+Counts of one tree differed by 1.5% at most (three runs, 5 December).
 
   .venv/bin/python -m bench.instructions                        # floor and spillguard, non-streamed
   .venv/bin/python -m bench.instructions --load stream --load paced
@@ -32,9 +32,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .run import LOAD_CPU, PY, ROOT, Stack
+from .run import PORTS, PY, ROOT, Stack, _port_free, running_upstream, upstream_url
 
-PORT = 9160
 # load: (inproc arguments, n1, n2, unit)
 LOADS = {
     "nonstream": (["--conc", "50"], 200, 1200, "request"),
@@ -60,14 +59,18 @@ def parse(output: bytes, measured: dict[str, object]) -> Count:
     if not isinstance(statuses, dict) or set(statuses) != {"200"}:
         raise RuntimeError(f"every request must answer 200: {statuses}")
     events = measured.get("events", 0)
-    assert isinstance(events, int)
+    if not isinstance(events, int):
+        raise RuntimeError(f"inproc's event count is not a number: {events!r}")
     return Count(int(found[0]), int(statuses["200"]), events)
+
+
+def _units(count: Count, unit: str) -> int:
+    return count.events if unit == "event" else count.requests
 
 
 def per_unit(first: Count, second: Count, unit: str) -> float:
     """Instructions a request or an event, from two runs that differ only in how many."""
-    done = (second.events, first.events) if unit == "event" else (second.requests, first.requests)
-    units = done[0] - done[1]
+    units = _units(second, unit) - _units(first, unit)
     if units <= 0:
         raise RuntimeError(f"the second run must measure more {unit}s than the first")
     return (second.instructions - first.instructions) / units
@@ -94,27 +97,27 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         sys.exit("missing: valgrind (apt-get install valgrind)")
+    if not _port_free(PORTS["upstream"]):
+        sys.exit(f"port {PORTS['upstream']} in use (is another benchmark running?)")
     rows: list[tuple[str, Path | None, bool]] = [] if args.no_floor else [("floor", None, True)]
     rows.append(("spillguard", ROOT / "app", False))
     if args.baseline is not None:
         rows.append(("spillguard (baseline)", args.baseline.resolve(), False))
-    upstream = f"http://127.0.0.1:{PORT}/v1"
+    upstream = upstream_url()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as logs:
         stack = Stack(Path(logs))
         try:
-            proc = stack.start(
-                "upstream", [PY, "-m", "bench.upstream", "--port", str(PORT)], LOAD_CPU
-            )
-            proc.wait_http(PORT, "/v1/models")
-            for load in args.load or ["nonstream"]:
-                extra, n1, n2, unit = LOADS[load]
-                for label, tree, floor in rows:
-                    first = counted(tree, floor, extra, n1, upstream)
-                    second = counted(tree, floor, extra, n2, upstream)
-                    value = per_unit(first, second, unit)
-                    results.setdefault(load, {})[label] = value
-                    print(f"{load:9s} {label:24s} {value:12,.0f} instructions/{unit}", flush=True)
+            with running_upstream(stack):
+                for load in args.load or ["nonstream"]:
+                    extra, n1, n2, unit = LOADS[load]
+                    for label, tree, floor in rows:
+                        first = counted(tree, floor, extra, n1, upstream)
+                        second = counted(tree, floor, extra, n2, upstream)
+                        value = per_unit(first, second, unit)
+                        results.setdefault(load, {})[label] = value
+                        line = f"{load:9s} {label:24s} {value:12,.0f} instructions/{unit}"
+                        print(line, flush=True)
         finally:
             stack.stop_all()
     for load, by_row in results.items():

@@ -35,6 +35,11 @@ def test_a_run_with_a_failed_request_is_refused() -> None:
         parse(VALGRIND, {"statuses": {"200": 390, "502": 10}})
 
 
+def test_an_event_count_that_is_not_a_number_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="not a number"):
+        parse(VALGRIND, {"statuses": {"200": 4}, "events": "7"})
+
+
 def test_the_difference_of_two_runs_is_divided_by_their_difference_in_units() -> None:
     first, second = Count(1_000, 10, 100), Count(31_000, 20, 600)
     assert per_unit(first, second, "request") == 3_000
