@@ -29,6 +29,12 @@ def learned(raw: bytes) -> Shape | None:
     return Shape.learn(e, chunk, *delta)
 
 
+def read(shape: Shape, raw: bytes) -> str | None:
+    """The text `shape` reads in one event's bytes, or None when it is not one of its shape."""
+    texts = shape.texts([Event(raw)], 0)
+    return texts[0] if texts else None
+
+
 def parsed_text(raw: bytes) -> Any:
     e = event(raw)
     delta = content_delta(json.loads(e.data or ""))
@@ -38,9 +44,9 @@ def parsed_text(raw: bytes) -> Any:
 def test_a_content_delta_is_read_by_its_bytes() -> None:
     shape = learned(chat_chunk({"content": "Hello"}))
     assert shape is not None and shape.index == 0
-    assert shape.read(chat_chunk({"content": " world"})) == " world"
-    assert shape.read(chat_chunk({"content": ""})) == ""
-    assert shape.read(chat_chunk({"content": "｜tool▁calls"})) == "｜tool▁calls"
+    assert read(shape, chat_chunk({"content": " world"})) == " world"
+    assert read(shape, chat_chunk({"content": ""})) == ""
+    assert read(shape, chat_chunk({"content": "｜tool▁calls"})) == "｜tool▁calls"
 
 
 @pytest.mark.parametrize(
@@ -57,7 +63,7 @@ def test_a_content_delta_is_read_by_its_bytes() -> None:
 def test_anything_else_is_not_read_by_a_shape(raw: bytes) -> None:
     shape = learned(chat_chunk({"content": "Hello"}))
     assert shape is not None
-    assert shape.read(raw) is None
+    assert read(shape, raw) is None
 
 
 def test_texts_reads_the_shape_s_events_in_a_row_and_stops_at_the_first_other() -> None:
@@ -77,7 +83,7 @@ def test_a_text_with_escapes_is_read_as_its_string_token_spells_it() -> None:
     assert shape is not None
     for text in ('say "hi"', "a\nb", "tab\there", "back\\slash", "é ｜", "😀"):
         raw = chat_chunk({"content": text})
-        assert shape.read(raw) == parsed_text(raw) == text
+        assert read(shape, raw) == parsed_text(raw) == text
 
 
 @pytest.mark.parametrize(
@@ -96,7 +102,7 @@ def test_bytes_between_the_quotes_that_are_not_one_string_token_are_not_read(
     shape = learned(chat_chunk({"content": "Hello"}))
     assert shape is not None
     raw = chat_chunk({"content": "PLACE"}).replace(b"PLACE", body)
-    assert shape.read(raw) is None
+    assert read(shape, raw) is None
 
 
 def test_a_text_with_escapes_teaches_no_shape() -> None:
@@ -129,25 +135,32 @@ def test_invalid_utf8_reads_as_the_decoder_and_parser_read_it() -> None:
     assert shape is not None
     good = chat_chunk({"content": "é"})
     raw = good.replace("é".encode(), b"\xc3")  # a truncated character
-    assert shape.read(raw) == parsed_text(raw) == "\ufffd"
+    assert read(shape, raw) == parsed_text(raw) == "\ufffd"
+
+
+def respaced(raw: bytes) -> bytes:
+    """The same chunk as Python's `json.dumps` writes it by default (`: ` and `, `, ASCII)."""
+    return b"data: " + json.dumps(json.loads(raw[6:-2])).encode() + b"\n\n"
 
 
 @settings(max_examples=400)
-@given(st.text(max_size=12), st.text(max_size=12))
-def test_whatever_a_shape_reads_is_what_parsing_reads(first: str, later: str) -> None:
-    raw = chat_chunk({"content": first})
+@given(st.text(max_size=12), st.text(max_size=12), st.booleans())
+def test_whatever_a_shape_reads_is_what_parsing_reads(first: str, later: str, space: bool) -> None:
+    """Learned from a chunk written compact or with spaces, a shape reads the later chunks
+    written the same way as parsing does, and none written the other way."""
+    write, other_way = (respaced, bytes) if space else (bytes, respaced)
+    raw = write(chat_chunk({"content": first}))
     e = event(raw)
     chunk = json.loads(e.data or "")
     shape = Shape.learn(e, chunk, 0, first)
     if shape is None:
         return
-    other = chat_chunk({"content": later})
-    got = shape.read(other)
+    other = write(chat_chunk({"content": later}))
+    got = read(shape, other)
     assert got is None or got == parsed_text(other) == later
     if not any(0xD800 <= ord(c) <= 0xDFFF for c in later):  # all but lone surrogates
         assert got == later
-    spaced = b"data: " + json.dumps(json.loads(other[6:-2])).encode() + b"\n\n"  # `: ` spacing
-    assert shape.read(spaced) is None
+    assert read(shape, other_way(chat_chunk({"content": later}))) is None
 
 
 # ---- a call's argument chunks ----------------------------------------------------------------
@@ -171,11 +184,29 @@ def test_a_call_shape_reads_that_call_s_argument_chunks() -> None:
     assert learned_call(args_chunk('{"ci')) is None  # learned from a plain text only
     shape = learned_call(args_chunk("{"))
     assert shape is not None and (shape.index, shape.call) == (0, 0)
-    assert shape.read(args_chunk('"city": "Lis')) == '"city": "Lis'
-    assert shape.read(args_chunk("bon\\n}")) == "bon\\n}"
+    assert read(shape, args_chunk('"city": "Lis')) == '"city": "Lis'
+    assert read(shape, args_chunk("bon\\n}")) == "bon\\n}"
     typed = learned_call(args_chunk("{", call=1, type="function"))
     assert typed is not None and typed.call == 1
-    assert typed.read(args_chunk("}", call=1, type="function")) == "}"
+    assert read(typed, args_chunk("}", call=1, type="function")) == "}"
+
+
+def spaced(delta: dict[str, Any]) -> bytes:
+    """A chunk as Python's `json.dumps` writes it by default: a space after each colon."""
+    choice = {"index": 0, "delta": delta, "finish_reason": None}
+    return b"data: " + json.dumps({**CHAT_HEAD, "choices": [choice]}).encode() + b"\n\n"
+
+
+def test_chunks_written_with_a_space_after_the_colon_are_read_by_their_shape() -> None:
+    shape = learned(spaced({"content": "Hello"}))
+    assert shape is not None
+    assert read(shape, spaced({"content": ' a "quoted" word\n'})) == ' a "quoted" word\n'
+    assert read(shape, chat_chunk({"content": "x"})) is None  # written the other way
+    piece = {"index": 0, "function": {"arguments": "{"}}
+    call = learned_call(spaced({"tool_calls": [piece]}))
+    assert call is not None and call.call == 0
+    more = {"index": 0, "function": {"arguments": '"path": "a.md"'}}
+    assert read(call, spaced({"tool_calls": [more]})) == '"path": "a.md"'
 
 
 @pytest.mark.parametrize(
@@ -192,7 +223,7 @@ def test_a_call_shape_reads_that_call_s_argument_chunks() -> None:
 def test_a_call_shape_reads_no_other_chunk(raw: bytes) -> None:
     shape = learned_call(args_chunk("{"))
     assert shape is not None
-    assert shape.read(raw) is None
+    assert read(shape, raw) is None
 
 
 def test_what_is_an_argument_chunk() -> None:
@@ -216,7 +247,7 @@ def test_whatever_a_call_shape_reads_is_what_parsing_reads(first: str, later: st
     if shape is None:
         return
     other = args_chunk(later)
-    got = shape.read(other)
+    got = read(shape, other)
     more = arguments_delta(json.loads(event(other).data or ""))
     assert got is None or (more is not None and got == more[2] == later)
     if not any(0xD800 <= ord(c) <= 0xDFFF for c in later):

@@ -257,6 +257,27 @@ def test_argument_chunks_read_by_their_bytes_go_as_they_came() -> None:
         assert stream.finding is None
 
 
+def test_argument_chunks_in_a_row_in_one_read_go_out_together_as_sent() -> None:
+    """Once the call's shape is known, the argument chunks that follow it in one read are read
+    in one loop and go out as one piece: the upstream's bytes, with the call's index taken."""
+    args = json.dumps({"path": "notes.md", "content": 'A "quoted" line\nand more.\n' * 8})
+    pieces = [args[i : i + 5] for i in range(0, len(args), 5)]
+    named = chat_call_chunks(Call("write_file", "", "call_7"), 0)
+    chunks = [
+        chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for p in pieces
+    ]
+    events = [ROLE, *named, *chunks, chat_chunk({}, finish="tool_calls"), CHAT_DONE]
+    stream = fresh()
+    outs = stream.feed_all(decode(b"".join(events)))
+    # The first piece with nothing JSON escapes teaches the shape; those after it are read by it.
+    taught = next(n for n, p in enumerate(pieces) if json.dumps(p) == f'"{p}"')
+    assert b"".join(chunks[taught + 1 :]) in [out.data for out in outs]
+    assert b"".join(out.data for out in outs) + stream.trailer == b"".join(events)
+    assert stream.tool_next == {0: 1}
+    assert stream.finding is None
+    assert chat_view(b"".join(events)).calls == {0: {0: ["call_7", "write_file", args]}}
+
+
 def test_a_splice_keeps_the_first_id_and_sends_no_second_role_chunk() -> None:
     retry = b"".join(chat_events(Turn(calls=(WEATHER,)), head=RETRY_HEAD))
     out, stream = every_split_agrees(lambda: new_stream(TOOLS, HOLD, first_attempt()), retry)

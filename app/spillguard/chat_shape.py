@@ -22,8 +22,10 @@ from .sse import Event
 
 _SPECIAL = bytes(range(0x20)) + b'"\\'  # what a JSON string spells with an escape
 _PROBE = "spillguard probe"
-_KEY = b'"content":"'
-_ARGUMENTS_KEY = b'"arguments":"'
+# Each key as compact JSON writes it and as Python's `json.dumps` does by default (a space
+# after the colon); the probe, not the key, decides what the place holds.
+_KEYS = (b'"content":"', b'"content": "')
+_ARGUMENTS_KEYS = (b'"arguments":"', b'"arguments": "')
 _ARGUMENT_KEYS = {"index", "function", "type"}  # of a call's chunk that only adds arguments
 
 
@@ -98,9 +100,11 @@ class Shape:
         encoded = text.encode("utf-8", "surrogatepass")  # a lone surrogate is never found
         if len(encoded.translate(None, _SPECIAL)) != len(encoded):
             return None
-        key = _KEY if call is None else _ARGUMENTS_KEY
-        at = raw.rfind(key + encoded + b'"')
-        if at < 0:
+        for key in _KEYS if call is None else _ARGUMENTS_KEYS:
+            at = raw.rfind(key + encoded + b'"')
+            if at >= 0:
+                break
+        else:
             return None
         cut = at + len(key)
         shape = cls(index, raw[:cut], raw[cut + len(encoded) :], call)
@@ -116,8 +120,9 @@ class Shape:
         return shape if probe == chunk else None
 
     def texts(self, events: list[Event], at: int) -> list[str]:
-        """The texts of `events` from `at` on, as long as each is an event of this shape: what
-        `read` makes of each, in one loop (most of a fast stream's read)."""
+        """The texts of `events` from `at` on, as long as each is an event of this shape (its
+        bytes around a text that is one JSON string token), in one loop: most of a fast stream's
+        read."""
         prefix, suffix = self._prefix, self._suffix
         start, end = len(prefix), -len(suffix)  # never empty: the closing quote at least
         out: list[str] = []
@@ -134,8 +139,3 @@ class Shape:
                 break
             out.append(body)
         return out
-
-    def read(self, raw: bytes) -> str | None:
-        """The text of an event of this shape, or None when `raw` is not one."""
-        text = self.texts([Event(raw)], 0)
-        return text[0] if text else None

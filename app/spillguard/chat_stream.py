@@ -110,18 +110,23 @@ class ChatStream(Choices):
                 if end == count:
                     break
                 at = end  # the shape does not read this one
+            call = self._call_shape
+            more = call.texts(events, at) if call is not None else None
+            if more and call is not None:  # a call's argument chunks in a row
+                if run:
+                    outs += self._feed_run(run, chunks, texts, index)
+                    run, chunks, texts = [], [], []
+                end = at + len(more)
+                outs += self._arguments(events[at:end] if at or end < count else events, call)
+                at = end
+                continue
             event = events[at]
             at += 1
-            call = self._call_shape
-            more = call.read(event.raw) if call is not None else None
-            delta: tuple[int, str] | None = None
-            chunk = None
-            if more is None:
-                data = event.data
-                chunk = _parsed(data) if data is not None and data[:1] == "{" else None
-                delta = content_delta(chunk)
-                if self.head:
-                    self._learn(event, chunk, delta)
+            data = event.data
+            chunk = _parsed(data) if data is not None and data[:1] == "{" else None
+            delta = content_delta(chunk)
+            if self.head:
+                self._learn(event, chunk, delta)
             if run and (delta is None or delta[0] != index):
                 outs += self._feed_run(run, chunks, texts, index)
                 run, chunks, texts = [], [], []
@@ -130,8 +135,6 @@ class ChatStream(Choices):
                 run.append(event)
                 chunks.append(chunk)
                 texts.append(delta[1])
-            elif more is not None and call is not None:
-                outs += self._arguments(event, call)
             elif chunk is not None:
                 outs += self._feed_chunk(event, chunk)
             else:
@@ -154,13 +157,19 @@ class ChatStream(Choices):
             index, number, text = more
             self._call_shape = Shape.learn(event, chunk, index, text, number) or self._call_shape
 
-    def _arguments(self, event: Event, shape: Shape) -> list[Out]:
-        """An argument chunk read by its call's shape: published as it came when the choice
-        takes it so (`_more_arguments`), else parsed and fed."""
+    def _arguments(self, events: list[Event], shape: Shape) -> list[Out]:
+        """Argument chunks of one call in a row, read by its shape: published together as they
+        came when the choice takes such chunks so (`_more_arguments`, which none of them
+        changes), else each parsed and fed."""
         assert shape.call is not None
         if self._plain(shape.index) and self._more_arguments(shape.index, shape.call):
-            return [Out(event.raw, True)]
-        return self._feed_chunk(event, _parsed(event.data or ""))
+            if len(events) == 1:
+                return [Out(events[0].raw, True)]
+            return [Out(b"".join([event.raw for event in events]), True)]
+        outs: list[Out] = []
+        for event in events:
+            outs += self._feed_chunk(event, _parsed(event.data or ""))
+        return outs
 
     def _feed_run(
         self,
