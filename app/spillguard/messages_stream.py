@@ -146,10 +146,16 @@ class MessagesStream(NamedEvents):
 
     def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
         """What `feed` makes of a `text_delta` of a text block that has shown text, while
-        nothing is parked or found and the message has not ended; None for any other event,
-        which is left unread. (A splice's `_closing` went out before any block started.)"""
+        nothing is parked or found and the message has not ended, or of any delta of a block
+        spillguard does not read (a call's arguments: the upstream's bytes); None for any other
+        event, which is left unread. (A splice's `_closing` went out before any block
+        started.)"""
         index, delta = data.get("index"), data.get("delta")
         block = self._blocks.get(index) if type(index) is int else None
+        if block is not None and block.turn is None:  # a call's `input_json_delta`, most often
+            if block.client != index or self._closing or self.certain or self._parking():
+                return None
+            return [Out(event.raw, meaningful(data))]  # as `_delta` and `_show` leave it
         if (
             block is None
             or block.kind != "text"
