@@ -276,6 +276,13 @@ def measure(n: int = 2000) -> list[dict[str, Any]]:
             relay_us(wire, wire_events, tools, hold, m),
             f"{len(wire_events)} events, as ChatStream.feed_all is fed",
         )
+    for wire, wire_events in call_streams():
+        add(
+            "stream, per event",
+            f"decode + {wire} feed_all, a long call",
+            relay_us(wire, wire_events, tools, hold, m),
+            f"{len(wire_events)} events, most of them the call's 8-character argument pieces",
+        )
     return rows
 
 
@@ -296,14 +303,36 @@ def other_wire_streams() -> list[tuple[str, list[bytes]]]:
     ]
 
 
+def call_streams() -> list[tuple[str, list[bytes]]]:
+    """A short sentence, then one call whose arguments hold a whole file (the bench's prose), as
+    an agent writing a file streams it: in Chat, Messages and Responses, by the scripted
+    upstreams."""
+    from spillguard import scripted, scripted_anthropic
+
+    from .upstream import PROSE
+
+    arguments = {"path": "notes/lisbon.md", "content": PROSE}
+    sentence = "I will save the forecast."
+    call = scripted_anthropic.tool_use("write_file", arguments, "toolu_bench_2")
+    message = scripted_anthropic.Message([scripted_anthropic.text(sentence), call])
+    turn = scripted.Turn(sentence, [scripted.call("write_file", arguments, "call_bench_2")])
+    return [
+        ("Chat", scripted.chunks(turn, "bench")),
+        ("Messages", scripted_anthropic.message_events(message, "bench")),
+        ("Responses", scripted.response_events(turn, "bench")),
+    ]
+
+
 def relay_us(wire: str, events: list[bytes], tools: Any, hold: int, m: int) -> float:
     """Microseconds an event for a wire's editor fed as the relay feeds it (each 8 KB read's
     events together, in turns of `TURN`), decoding included."""
-    from spillguard import messages, responses
+    from spillguard import chat, messages, responses
     from spillguard.relay import TURN
     from spillguard.sse import SSEDecoder
 
-    new_stream = messages.WIRE.new_stream if wire == "Messages" else responses.WIRE.new_stream
+    new_stream = {"Chat": chat.WIRE, "Messages": messages.WIRE, "Responses": responses.WIRE}[
+        wire
+    ].new_stream
     raw = b"".join(events)
     reads = [raw[i : i + 8192] for i in range(0, len(raw), 8192)]
 
