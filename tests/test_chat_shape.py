@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spillguard.chat_shape import Shape, arguments_delta, content_delta
+from spillguard.chat_shape import _PROBE, Shape, arguments_delta, content_delta
 from spillguard.sse import Event
 from tests.fuzz.chat_bytes import CHAT_HEAD, chat_chunk
 from tests.fuzz.wire_bytes import decode
@@ -195,6 +195,16 @@ def spaced(delta: dict[str, Any]) -> bytes:
     """A chunk as Python's `json.dumps` writes it by default: a space after each colon."""
     choice = {"index": 0, "delta": delta, "finish_reason": None}
     return b"data: " + json.dumps({**CHAT_HEAD, "choices": [choice]}).encode() + b"\n\n"
+
+
+def test_a_text_that_is_the_probe_itself_still_shows_the_place() -> None:
+    """Learned from a delta whose text is the probe's, the probe must differ from it: else a
+    later field holding that text too would pass for the content's place."""
+    choice = {"index": 0, "delta": {"content": _PROBE}, "logprobs": None, "finish_reason": None}
+    body = {**CHAT_HEAD, "choices": [choice], "x": {"content": _PROBE}}
+    raw = b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+    e = event(raw)
+    assert Shape.learn(e, json.loads(e.data or ""), 0, _PROBE) is None
 
 
 def test_chunks_written_with_a_space_after_the_colon_are_read_by_their_shape() -> None:

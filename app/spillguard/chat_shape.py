@@ -108,13 +108,16 @@ class Shape:
             return None
         cut = at + len(key)
         shape = cls(index, raw[:cut], raw[cut + len(encoded) :], call)
-        probe = loads_text((shape._prefix + _PROBE.encode() + shape._suffix)[6:-2].decode())
+        # Another text in the same place, parsed: never the text itself, which would show
+        # nothing about the place.
+        other = _PROBE if text != _PROBE else _PROBE + "!"
+        probe = loads_text((shape._prefix + other.encode() + shape._suffix)[6:-2].decode())
         if call is None:
-            if content_delta(probe) != (index, _PROBE):
+            if content_delta(probe) != (index, other):
                 return None
             probe["choices"][0]["delta"]["content"] = text
         else:
-            if arguments_delta(probe) != (index, call, _PROBE):
+            if arguments_delta(probe) != (index, call, other):
                 return None
             probe["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] = text
         return shape if probe == chunk else None
