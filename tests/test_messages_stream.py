@@ -160,6 +160,37 @@ def test_comments_unknown_events_and_upstream_errors_pass_as_sent() -> None:
     assert out == data and stream.finding is None
 
 
+def event(kind: str, **fields: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
+
+
+def late_text(index: int, text: str) -> bytes:
+    delta = {"type": "text_delta", "text": text}
+    return event("content_block_delta", index=index, delta=delta)
+
+
+def test_a_text_delta_after_its_block_stopped_goes_as_it_came() -> None:
+    """An upstream that sends text after the block's stop: the block's text was judged whole
+    at the stop, so the late delta is not read, and goes as it came (it used to fail the
+    stream: its scanner had finished)."""
+    data = event("message_start", message={"id": "msg_1", "role": "assistant", "content": []})
+    data += event("content_block_start", index=0, content_block={"type": "text", "text": ""})
+    data += late_text(0, "It is sunny.") + event("content_block_stop", index=0)
+    data += late_text(0, " And warm.") + event("message_stop")
+    out, stream = every_split_agrees(fresh, data)
+    assert out == data and stream.finding is None
+
+
+def test_a_text_delta_after_a_leaking_block_stopped_is_drained_without_failing() -> None:
+    data = event("message_start", message={"id": "msg_1", "role": "assistant", "content": []})
+    data += event("content_block_start", index=0, content_block={"type": "text", "text": ""})
+    data += late_text(0, PROSE + HERMES) + event("content_block_stop", index=0)
+    data += late_text(0, " more") + event("message_stop")
+    out, stream = every_split_agrees(fresh, data)
+    assert stream.finding is not None and stream.finding.family == "hermes"
+    assert HERMES.encode()[:12] not in out
+
+
 # ---- a retry spliced into the client's stream ------------------------------------------------
 
 

@@ -251,7 +251,9 @@ class MessagesStream(NamedEvents):
         kind = delta.get("type") if isinstance(delta, dict) else None
         key = DELTA_KEYS.get(kind) if isinstance(kind, str) else None
         same: list[Pending] = [(data, event)]
-        if key is None or block.turn is None or key != block.kind:
+        # A delta after its block's text was finished (sent after the block's stop) is not
+        # read: it goes as it came.
+        if key is None or block.turn is None or key != block.kind or block.turn.finished:
             if kind == "signature_delta" and block.kind == "thinking":
                 return self._finish(block) + same  # the signature follows the whole thinking
             return self._show(block, same)
@@ -331,11 +333,18 @@ class MessagesStream(NamedEvents):
         read on to the message's end for a repair (`_tail`)."""
         index = data.get("index")
         block = self._blocks.get(index) if isinstance(index, int) else None
-        leaking = block is not None and block.turn is not None and block.turn.content.marker_seen
+        turn = block.turn if block is not None else None
+        leaking = turn is not None and turn.content.marker_seen
         delta = data.get("delta")
         if kind == "content_block_delta" and leaking and isinstance(delta, dict):
             text = delta.get("text")
-            if isinstance(text, str) and block is not None:
+            # Not after the block's stop settled it: its markup is complete.
+            if (
+                isinstance(text, str)
+                and block is not None
+                and turn is not None
+                and not turn.finished
+            ):
                 block.feed(text)
                 self._fed(block)
         elif (kind == "content_block_stop" and leaking) or kind in MESSAGE_END:
