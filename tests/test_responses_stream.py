@@ -172,6 +172,37 @@ def spliced(turn: Turn) -> tuple[ResponsesView, ResponsesStream]:
     return view, stream
 
 
+def late_stream(text: str) -> bytes:
+    """A message whose part gets one more delta after its `output_text.done`."""
+    seq = iter(range(100))
+
+    def event(kind: str, **fields: Any) -> bytes:
+        body = {"type": kind, **fields, "sequence_number": next(seq)}
+        return f"event: {kind}\ndata: {json.dumps(body)}\n\n".encode()
+
+    part = {"output_index": 0, "content_index": 0, "item_id": "msg_1"}
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "content": []}
+    data = event("response.created", response={"id": "resp_1", "status": "in_progress"})
+    data += event("response.output_item.added", output_index=0, item=item)
+    data += event("response.output_text.delta", **part, delta=text)
+    data += event("response.output_text.done", **part, text=text)
+    return data + event("response.output_text.delta", **part, delta=" late")
+
+
+def test_a_text_delta_after_its_part_was_done_goes_as_it_came() -> None:
+    """The part's text was judged whole at its `done`: a delta after it is not read, and goes
+    as it came (it used to fail the stream: its scanner had finished)."""
+    data = late_stream("It is sunny.")
+    out, stream = every_split_agrees(fresh, data)
+    assert out == data and stream.finding is None
+
+
+def test_a_text_delta_after_a_leaking_part_was_done_is_drained_without_failing() -> None:
+    out, stream = every_split_agrees(fresh, late_stream(PROSE + HERMES))
+    assert stream.finding is not None and stream.finding.family == "hermes"
+    assert b"tool_call" not in out
+
+
 def test_a_splice_keeps_the_identity_and_numbers_and_shifts_the_call() -> None:
     view, stream = spliced(Turn(calls=(WEATHER,)))
     assert stream.finding is None

@@ -212,6 +212,8 @@ class ResponsesStream(NamedEvents):
         return same
 
     def _scan(self, text: Text, data: dict[str, Any], event: Event) -> list[Pending]:
+        if text.turn.finished:  # a delta after its part's `done`: judged whole then, not read
+            return [(data, event, False)]
         delta = data.get("delta")
         out = self._released(
             text, self._feed_text(text, delta) if isinstance(delta, str) else "", False
@@ -318,7 +320,7 @@ class ResponsesStream(NamedEvents):
         if kind == "response.output_text.delta" and isinstance(data.get("delta"), str):
             key = (index_of(data, "output_index"), index_of(data, "content_index"))
             part = self.parts.get(key)
-            if part is not None and part.scanner.marker_seen:
+            if part is not None and part.scanner.marker_seen and not part.turn.finished:
                 self._feed_text(part, data["delta"])
         elif kind == "response.output_text.done":
             self.settle()
