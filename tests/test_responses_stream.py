@@ -203,6 +203,39 @@ def test_a_text_delta_after_a_leaking_part_was_done_is_drained_without_failing()
     assert b"tool_call" not in out
 
 
+def test_a_calls_argument_deltas_go_as_they_came_and_after_a_withheld_message() -> None:
+    """A call's argument deltas go out as the upstream's bytes. A blank message opened while a
+    call streams is withheld, and an argument delta that comes meanwhile first lets it go, in
+    order (its blank text, held by its scanner, goes at the end), whether each event is fed
+    alone or a read's events together."""
+    w = ResponsesWriter()
+    w.start()
+    call = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "get_weather"}
+    w.emit("response.output_item.added", output_index=0, item={**call, "arguments": ""})
+    args = {"item_id": "fc_1", "output_index": 0}
+    w.emit("response.function_call_arguments.delta", **args, delta='{"city":')
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    w.emit("response.output_item.added", output_index=1, item=message)
+    w.emit(
+        "response.output_text.delta", item_id="msg_1", output_index=1, content_index=0, delta=" "
+    )
+    w.emit("response.function_call_arguments.delta", **args, delta='"Lisbon"}')
+    w.complete([{**call, "arguments": '{"city":"Lisbon"}'}])
+    data = b"".join(w.events)
+    out, stream = every_split_agrees(fresh, data)
+    assert stream.finding is None and drive(fresh(), [data], one_by_one=True) == out
+    sent = [(body["type"], body["sequence_number"]) for body in bodies(out)]
+    assert sent[2:] == [
+        ("response.output_item.added", 2),
+        ("response.function_call_arguments.delta", 3),
+        ("response.output_item.added", 4),
+        ("response.function_call_arguments.delta", 6),
+        ("response.output_text.delta", 7),
+        ("response.completed", 8),
+    ]
+    assert out.startswith(data[: data.index(b"event: response.output_text.delta")])
+
+
 def test_a_splice_keeps_the_identity_and_numbers_and_shifts_the_call() -> None:
     view, stream = spliced(Turn(calls=(WEATHER,)))
     assert stream.finding is None

@@ -39,7 +39,7 @@ __all__ = ["MessagesStream", "is_call", "new_stream"]
 
 
 class MessagesStream(NamedEvents):
-    DELTA = "content_block_delta"
+    DELTAS = ("content_block_delta",)
 
     def __init__(self, tools: ToolSet, hold_limit: int, previous: MessagesStream | None) -> None:
         self._tools = tools

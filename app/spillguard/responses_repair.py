@@ -219,6 +219,10 @@ class Unshown:
         self._held: list[Pending] = []
         self._blank = 0  # characters of white space held
 
+    @property
+    def withholding(self) -> bool:
+        return self._item is not None
+
     def route(self, pending: list[Pending], final: bool, leaked: bool) -> list[Pending]:
         """The events that may go out now; `final` at the upstream's end, `leaked` once the
         attempt has a finding (what is still withheld then is dropped)."""

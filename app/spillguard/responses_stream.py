@@ -29,7 +29,7 @@ from .wire import NamedEvents, Stream
 
 
 class ResponsesStream(NamedEvents):
-    DELTA = "response.output_text.delta"
+    DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
 
     def __init__(self, tools: ToolSet, hold_limit: int, previous: ResponsesStream | None) -> None:
         self._tools = tools
@@ -138,16 +138,16 @@ class ResponsesStream(NamedEvents):
         return self._send_all(self._flush_all(), final=True)
 
     def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
-        """What `feed` makes of an `output_text.delta` with text while nothing has a finding
-        and no reasoning markup is parked, in a stream that is no splice (only a splice has
-        items `_closing`); None for any other event, which is left unread."""
+        """What `feed` makes of an `output_text.delta` with text, or of a call's
+        `function_call_arguments.delta` while no message is withheld, while nothing has a
+        finding and no reasoning markup is parked, in a stream that is no splice (only a splice
+        has items `_closing`); None for any other event, which is left unread."""
+        if self._found or self.splice is not None or self._reasoning_marker():
+            return None
+        if data["type"] != self.DELTAS[0]:  # a call's arguments, which `_edit` leaves as sent
+            return None if self._unshown.withholding else [self.sent.send(data, event, False, None)]
         delta = data.get("delta")
-        if (
-            self._found
-            or self.splice is not None
-            or self._reasoning_marker()
-            or type(delta) is not str
-        ):
+        if type(delta) is not str:
             return None
         part = self._text(data, index_of(data, "output_index"), True)
         return self._send_all(self._scan(part, data, event))

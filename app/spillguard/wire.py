@@ -40,11 +40,11 @@ def content_finding(
 
 class NamedEvents:
     """`feed` and `feed_all` of an editor of JSON events (Messages, Responses): each event's
-    data read once (None when it is not JSON), an event of type `DELTA` first offered to
+    data read once (None when it is not JSON), an event of a type in `DELTAS` first offered to
     `_text_delta` (the short way, with the same bytes out; None declines it), the rest to
     `_feed`. A comment is dropped once the stream is certain to leak, else passed on."""
 
-    DELTA: ClassVar[str]
+    DELTAS: ClassVar[tuple[str, ...]]  # a tuple: `in` compares, so a list-valued type is safe
 
     @property
     def certain(self) -> bool:
@@ -68,7 +68,7 @@ class NamedEvents:
                 outs += self.feed(event)
                 continue
             data = _parsed(event.data)
-            if type(data) is dict and data.get("type") == self.DELTA:
+            if type(data) is dict and data.get("type") in self.DELTAS:
                 out = self._text_delta(event, data)
                 if out is not None:
                     outs += out
