@@ -484,6 +484,10 @@ def wrk(port: int, conc: int, seconds: float, out: Path, cpu: str | None = LOAD_
     return result
 
 
+# What a load generator raises when the proxy it drives stops answering.
+LOST = (RuntimeError, subprocess.TimeoutExpired)
+
+
 def loadgen(args: list[str], cpu: str | None = LOAD_CPU, timeout: float = 300) -> dict:
     cmd = [PY, "-m", "bench.loadgen", *args]
     if cpu is not None:
@@ -546,6 +550,15 @@ class Live:
                 live.append((row, self.procs[row.key]))
         return live, [self.failed[r.key] for r in rows if r.key in self.failed]
 
+    def lose(self, row: Row, section: str, exc: Exception) -> None:
+        """A row's proxy stopped answering mid-section (LiteLLM's has died under 50 streams):
+        it is stopped, and reported as failed in this section and every later one."""
+        log(f"  {row.label} failed in {section}, dropped from the run: {str(exc)[-300:]}")
+        proc = self.procs.pop(row.key, None)
+        if proc is not None:
+            self.stack.stop(proc)
+        self.failed[row.key] = {"row": row.key, "label": row.label, "error": str(exc)[-2000:]}
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc is not None:
@@ -605,15 +618,20 @@ def streamed(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
     model = f"ttfb:{plan.ttfb_delta_ms}"
     for round_no in range(plan.rounds):
         for row, proc in _order(live, round_no):
+            if row.key in live_rows.failed:
+                continue
             url = f"http://127.0.0.1:{row.port}/v1"
             args = ["one", "--url", url, "-n", str(plan.one_n), "--max-seconds", "5"]
-            one = measured(loadgen, args)
+            ttfb_args = ["one", "--url", url, "--model", model, "-n", str(plan.ttfb_n)]
+            try:
+                one = measured(loadgen, args)
+                if proc:
+                    proc.settle()
+                ttfb = measured(loadgen, ttfb_args)
+            except LOST as exc:
+                live_rows.lose(row, "stream", exc)
+                continue
             ones.setdefault(row.key, []).append(one)
-            if proc:
-                proc.settle()
-            ttfb = measured(
-                loadgen, ["one", "--url", url, "--model", model, "-n", str(plan.ttfb_n)]
-            )
             ttfbs.setdefault(row.key, []).append(ttfb)
             if proc:
                 proc.settle()
@@ -625,12 +643,18 @@ def streamed(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
     for conc in plan.stream_levels:
         for round_no in range(plan.rounds):
             for row, proc in _order(live, round_no):
+                if row.key in live_rows.failed:
+                    continue
                 url = f"http://127.0.0.1:{row.port}/v1"
                 args = ["load", "--stream", "--url", url, "-c", str(conc)]
                 args += ["-d", str(plan.duration), "--warmup", str(plan.warmup)]
                 cpu0 = _cpu(proc)
                 t0 = time.monotonic()
-                result = measured(loadgen, args)
+                try:
+                    result = measured(loadgen, args)
+                except LOST as exc:
+                    live_rows.lose(row, "stream", exc)
+                    continue
                 if proc and result["events_per_s"]:
                     # Over the whole loadgen run (warm-up and wind-down included): an upper
                     # bound on the proxy's CPU per delivered event, for comparison only.
@@ -646,6 +670,9 @@ def streamed(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
                 )
     results = []
     for row, proc in live:
+        if row.key in live_rows.failed:
+            failed.append(live_rows.failed[row.key])
+            continue
         results.append(
             {
                 "row": row.key,
@@ -678,7 +705,7 @@ def sustained(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
             args += ["-d", str(plan.sustain_seconds), "--warmup", "0.5"]
             try:
                 result = measured(loadgen, args)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            except LOST as exc:
                 result = {"concurrency": conc, "held": False, "error": str(exc)[-300:]}
             result["rss_mb"] = proc.rss_mb() if proc else None
             result["settled_s"] = proc.settle() if proc else 0
@@ -773,13 +800,20 @@ def bound(live_rows: Live, plan: Plan, out: Path, ceilings: dict[str, float]) ->
         for row, proc in live
     ]
     step = 0
-    while True:
+    while searches:
         turn = searches[step % len(searches) :] + searches[: step % len(searches)]
         todo = [(search, rate) for search in turn if (rate := search.next_rate()) is not None]
         if not todo:
             break
         for search, rate in todo:
-            search.measured(rate, _bound_point(search.row, rate, plan))
+            try:
+                point = _bound_point(search.row, rate, plan)
+            except LOST as exc:
+                live_rows.lose(search.row, "bound", exc)
+                searches.remove(search)
+                failed.append(live_rows.failed[search.row.key])
+                continue
+            search.measured(rate, point)
             if search.proc:
                 search.proc.settle()
         step += 1
