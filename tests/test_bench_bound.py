@@ -1,9 +1,14 @@
-"""bench.run's search for a row's throughput at a latency bound (`_Search`), on made-up rows."""
+"""bench.run's search for a row's throughput at a latency bound (`_Search`), on made-up rows, and
+the section going on without a row whose proxy stops answering."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
+
+from bench import run
 from bench.run import BOUND_PROBE, Row, _Search
 
 
@@ -44,3 +49,30 @@ def test_nothing_held_is_no_bound_and_no_bisection() -> None:
     search = searched(lambda rate: False, ceiling=60)
     assert rates(search) == [20, 40]
     assert search.lo == 0
+
+
+def test_a_row_that_stops_answering_is_dropped_and_the_others_go_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A proxy that dies mid-section (LiteLLM's did under 50 streams) is reported failed in
+    that section and every later one; the other rows' searches go on to their end."""
+    calls: list[tuple[str, float]] = []
+
+    def point(row: Row, rate: float, plan: run.Plan) -> dict[str, object]:
+        calls.append((row.key, rate))
+        if row.key == "retry" and rate > 40:
+            raise RuntimeError("loadgen failed: ConnectionRefusedError")
+        return {"rate": rate, "within": rate <= 300}
+
+    monkeypatch.setattr(run, "_bound_point", point)
+    live = run.Live(None, run.Plan(), tmp_path)  # type: ignore[arg-type]
+    live.procs = {"floor": None, "retry": None}
+    results = run.bound(live, run.Plan(), tmp_path, {"floor": 1000.0, "retry": 1000.0})
+    by_row = {r["row"]: r for r in results}
+    assert "loadgen failed" in by_row["retry"]["error"]
+    assert 160 <= by_row["floor"]["rate"] <= 300
+    assert [rate for key, rate in calls if key == "retry"] == [20, 40, 80]
+    assert live.get(run.rows_for(run.Plan(), "floor", "retry")) == (
+        [(Row("floor", "floor", run.PORTS["floor"]), None)],
+        [by_row["retry"]],
+    )
