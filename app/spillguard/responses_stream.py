@@ -150,7 +150,11 @@ class ResponsesStream(NamedEvents):
         if type(delta) is not str:
             return None
         part = self._text(data, index_of(data, "output_index"), True)
-        return self._send_all(self._scan(part, data, event))
+        pending = self._scan(part, data, event)
+        unchanged = len(pending) == 1 and pending[0][1] is event
+        if unchanged and not self._found and not self._unshown.withholding:
+            return [self.sent.send(data, event, False, None)]  # as `_send_all` would send it
+        return self._send_all(pending)
 
     def _feed(self, event: Event, data: Any) -> list[Out]:
         """`feed`, once the event's data has been parsed (None when it is not JSON)."""
