@@ -306,3 +306,56 @@ def test_a_splice_shifts_tool_indices_past_the_calls_already_sent() -> None:
     assert view.content == {0: "Here:"}
     assert view.roles == 0 and view.ids == {CHAT_HEAD["id"]}
     assert stream.tool_next == {0: 2}
+
+
+def before_the_end(stream: ChatStream, data: bytes, one_by_one: bool) -> bytes:
+    """What the editor publishes of `data` while the upstream's body has not ended."""
+    events = decode(data)
+    outs = [o for e in events for o in stream.feed(e)] if one_by_one else stream.feed_all(events)
+    return b"".join(o.data for o in outs)
+
+
+def test_done_goes_out_when_it_comes_not_at_the_end_of_the_body() -> None:
+    """An upstream may end its body a while after [DONE] (the bench's paced upstream, one delta
+    later): [DONE] goes out as it comes, every split agreeing, and the end adds nothing."""
+    data = b"".join(chat_events(Turn(content=("It is sunny", " in Lisbon."))))
+    assert data.endswith(CHAT_DONE)
+    every_split_agrees(fresh, data)
+    for one_by_one in (False, True):
+        stream = fresh()
+        assert before_the_end(stream, data, one_by_one) == data
+        assert stream.ended and stream.finish() == [] and stream.trailer == b""
+
+
+def test_text_held_when_done_comes_goes_out_before_it() -> None:
+    # No finish_reason: the choice is settled at [DONE], its held "<tool" released first.
+    held = chat_chunk({"content": "Compare a and b <tool"})
+    for one_by_one in (False, True):
+        stream = fresh()
+        assert b"<tool" not in before_the_end(stream, ROLE + held, one_by_one)
+        out = before_the_end(stream, CHAT_DONE, one_by_one)
+        assert out.endswith(CHAT_DONE) and chunks_of(out)[0]["choices"][0]["delta"] == {
+            "content": "<tool"
+        }
+        assert stream.finding is None and stream.finish() == [] and stream.trailer == b""
+
+
+def test_a_leak_settled_at_done_keeps_done_back_for_a_repair() -> None:
+    # A call written as a JSON blob is a finding only once the turn is over: at [DONE] here.
+    blob = '{"name": "get_weather", "arguments": {"city": "Lisbon"}}'
+    for one_by_one in (False, True):
+        stream = fresh()
+        before_the_end(stream, ROLE + chat_chunk({"content": blob}), one_by_one)
+        assert not stream.certain
+        assert before_the_end(stream, CHAT_DONE, one_by_one) == b""
+        assert stream.certain and stream.ended and stream.trailer == CHAT_DONE
+
+
+def test_what_comes_after_done_goes_as_it_came_unread() -> None:
+    """Clients stop reading at [DONE]: what an upstream sends after it is not judged (it could
+    only start a retry the client would never see), and goes out as it came."""
+    data = b"".join(chat_events(Turn(content=("It is sunny.",))))
+    data += chat_chunk({"content": "Let me check.\n" + HERMES}) + b": bye\n\n"
+    out, stream = every_split_agrees(fresh, data)
+    assert out == data and stream.finding is None
+    assert before_the_end(fresh(), data, one_by_one=True) == data

@@ -159,6 +159,42 @@ async def test_drip_below_read_timeout_still_meets_total_deadline(stream: bool) 
         await scripted.stop()
 
 
+async def test_done_reaches_the_client_before_the_upstream_ends_its_body() -> None:
+    """[DONE] ends the stream for every client: it goes out when it comes, though the upstream
+    ends its body only later (here: once the client has it); the connection is then reused."""
+    got_done = asyncio.Event()
+    ended: list[bool] = []
+
+    async def late_end(conn: RawConn, req: RawRequest) -> None:
+        await conn.send(head(200, SSE) + chunk(b"".join(events(PROSE))))
+        await got_done.wait()
+        await conn.send(LAST_CHUNK)
+        ended.append(True)
+
+    async def streamed(http: httpx.AsyncClient, url: str) -> str:
+        text, before = "", len(ended)
+        body = chat_body(stream=True)
+        async with http.stream("POST", url + "/chat/completions", json=body) as r:
+            async for piece in r.aiter_text():
+                text += piece
+                if text.endswith("data: [DONE]\n\n") and not got_done.is_set():
+                    assert len(ended) == before  # the upstream's body has not ended yet
+                    got_done.set()
+        return text
+
+    async with RawUpstream(late_end) as up, serve(up.url, **FAST) as sg:
+        async with httpx.AsyncClient(timeout=HANG) as http:
+            for n in (1, 2):
+                got_done.clear()
+                text = await asyncio.wait_for(streamed(http, sg.url), HANG)
+                data = sse_events(text)
+                assert data[-1] == "[DONE]" and len(ended) == n
+                content = [json.loads(d)["choices"][0]["delta"].get("content") for d in data[:-1]]
+                assert "".join(c for c in content if c) == PROSE
+        assert len(up.conns) == 1  # read to its end and released: the second request reused it
+        await eventually(lambda: pool_in_use(sg) == 0)
+
+
 async def test_drip_after_stream_started_ends_with_error_event() -> None:
     async def drip(conn: RawConn, req: RawRequest) -> None:
         evs = events(PROSE)

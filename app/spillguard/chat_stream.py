@@ -35,7 +35,8 @@ class ChatStream(Choices):
     def __init__(self, tools: ToolSet, hold_limit: int, splice: Splice | None = None) -> None:
         super().__init__(tools, hold_limit, splice)
         self.head: dict[str, Any] = {}  # id, created, model of the first chunk
-        self.done: bytes | None = None  # the raw [DONE] event, held until the end
+        self.done: bytes | None = None  # the raw [DONE] event
+        self._over = False  # [DONE] has gone out: what follows goes as it came, unread
         self.usage: Usage | None = None  # from a chunk's `usage` (stream_options.include_usage)
         self._shape: Shape | None = None  # the bytes of its content deltas around their text
         self._call_shape: Shape | None = None  # of one call's argument chunks around them
@@ -59,7 +60,7 @@ class ChatStream(Choices):
 
     @property
     def trailer(self) -> bytes:
-        return self.done or b""
+        return b"" if self._over else self.done or b""
 
     @property
     def can_splice(self) -> bool:
@@ -73,12 +74,27 @@ class ChatStream(Choices):
 
     def feed(self, event: Event) -> list[Out]:
         data = event.data
+        if self._over:
+            return [Out(event.raw, False)]
         if data is None:
             return [] if self.certain else [Out(event.raw, False)]
         if data[:1] != "{" and data.strip() == "[DONE]":  # a chunk is never stripped
-            self.done = event.raw
-            return []
+            return self._done(event)
         return self._feed_chunk(event, _parsed(data))
+
+    def _done(self, event: Event) -> list[Out]:
+        """[DONE] ends the stream for every client: what was held is settled now, and unless
+        that is a finding, [DONE] goes out after it (not at the upstream's end of the body,
+        which may come later). After a finding it is kept, for a repair's trailer."""
+        self.done = event.raw
+        if self.certain:
+            return []
+        outs = self.finish()
+        if self.certain:
+            return []
+        self._over = True
+        outs.append(Out(event.raw, True))
+        return outs
 
     def feed_all(self, events: list[Event]) -> list[Out]:
         """`feed` each event in turn; but content deltas of one choice in a row are read as one
@@ -86,6 +102,8 @@ class ChatStream(Choices):
         as the upstream sent them. The text published is the same either way; only a delta the
         scanner would have held until the next one is not re-serialized. Such deltas are read
         by their bytes once their `Shape` is known."""
+        if self._over:
+            return [Out(event.raw, False) for event in events]
         outs: list[Out] = []
         # A run of content deltas of one choice: their events, parsed data (None when read by
         # the shape) and texts.
@@ -139,6 +157,8 @@ class ChatStream(Choices):
                 outs += self._feed_chunk(event, chunk)
             else:
                 outs += self.feed(event)
+                if self._over:  # that was [DONE]
+                    return outs + [Out(event.raw, False) for event in events[at:]]
         if run:
             outs += self._feed_run(run, chunks, texts, index)
         return outs
