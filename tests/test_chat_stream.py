@@ -352,8 +352,8 @@ def test_a_leak_settled_at_done_keeps_done_back_for_a_repair() -> None:
 
 
 def test_what_comes_after_done_goes_as_it_came_unread() -> None:
-    """Clients stop reading at [DONE]: what an upstream sends after it is not judged (it could
-    only start a retry the client would never see), and goes out as it came."""
+    """Clients take [DONE] as the end: what an upstream sends after it is not judged (it could
+    only start a retry the client would never show), and goes out as it came."""
     data = b"".join(chat_events(Turn(content=("It is sunny.",))))
     data += chat_chunk({"content": "Let me check.\n" + HERMES}) + b": bye\n\n"
     out, stream = every_split_agrees(fresh, data)

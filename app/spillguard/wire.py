@@ -109,7 +109,8 @@ class Stream(Protocol):
 
     @property
     def trailer(self) -> bytes:
-        """What closes the client's stream after `finish` (chat's held `[DONE]`), or b""."""
+        """What closes the client's stream after `finish` (chat's `[DONE]`, when it has not gone
+        out already), or b""."""
 
     def feed(self, event: Event) -> list[Out]: ...
 
