@@ -195,6 +195,34 @@ async def test_done_reaches_the_client_before_the_upstream_ends_its_body() -> No
         await eventually(lambda: pool_in_use(sg) == 0)
 
 
+@pytest.mark.parametrize("fault", ["reset", "silent"])
+async def test_an_upstream_failure_after_done_adds_nothing_to_the_clients_stream(
+    fault: str,
+) -> None:
+    """The client has the whole answer and [DONE]: the upstream then resetting, or never ending
+    its body, adds no error event (nor a second [DONE]) and fails nothing."""
+
+    async def after_done(conn: RawConn, req: RawRequest) -> None:
+        await conn.send(head(200, SSE) + chunk(b"".join(events(PROSE))))
+        if fault == "reset":
+            await asyncio.sleep(0.05)
+            conn.reset()
+        else:
+            await conn.until_closed()
+
+    async with RawUpstream(after_done) as up, serve(up.url, **FAST) as sg:
+        r = await asyncio.wait_for(post(sg.url, True), HANG)
+        assert r.status_code == 200
+        data = sse_events(r.text)
+        assert data.count("[DONE]") == 1 and data[-1] == "[DONE]"
+        content = [json.loads(d)["choices"][0]["delta"].get("content") for d in data[:-1]]
+        assert "".join(c for c in content if c) == PROSE
+        async with httpx.AsyncClient(timeout=HANG) as http:
+            metrics = (await http.get(sg.url.removesuffix("/v1") + "/metrics")).text
+        assert 'outcome="passed"' in metrics and 'outcome="error"' not in metrics
+        await eventually(lambda: pool_in_use(sg) == 0)
+
+
 async def test_drip_after_stream_started_ends_with_error_event() -> None:
     async def drip(conn: RawConn, req: RawRequest) -> None:
         evs = events(PROSE)

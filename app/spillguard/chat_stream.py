@@ -59,6 +59,10 @@ class ChatStream(Choices):
         return self.done is not None
 
     @property
+    def closed(self) -> bool:
+        return self._over
+
+    @property
     def trailer(self) -> bytes:
         return b"" if self._over else self.done or b""
 

@@ -98,6 +98,10 @@ class MessagesStream(NamedEvents):
         return self._ended
 
     @property
+    def closed(self) -> bool:
+        return False  # its terminal event holds nothing back: it goes out as it comes
+
+    @property
     def trailer(self) -> bytes:
         return b""  # Messages streams end with message_stop, which is an event like the others
 

@@ -168,6 +168,12 @@ class Decision:
                     ex.outcome.answered(item.status)
                 yield item
         except Exception as exc:
+            if started and ex.current is not None and ex.current.closed:
+                # The client has the whole answer and its end ([DONE]); reading the rest of the
+                # upstream's body failed. Nothing is added after the end, nor counted as failed.
+                if not isinstance(exc, (SpillguardError, SSEError)):
+                    log.error("stream failed", extra={"fields": {"error": type(exc).__name__}})
+                return
             if isinstance(exc, SpillguardError):
                 error = exc
             elif isinstance(exc, SSEError):

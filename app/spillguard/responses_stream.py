@@ -92,6 +92,10 @@ class ResponsesStream(NamedEvents):
         return self._ended
 
     @property
+    def closed(self) -> bool:
+        return False  # its terminal event holds nothing back: it goes out as it comes
+
+    @property
     def trailer(self) -> bytes:
         return b""  # Responses streams have no [DONE]
 

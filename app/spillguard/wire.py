@@ -108,6 +108,11 @@ class Stream(Protocol):
         """The upstream has said its stream is over (after a finding: the leaking part is)."""
 
     @property
+    def closed(self) -> bool:
+        """The client has had the stream's last event (chat's `[DONE]`, sent as it came): a
+        failure reading the rest of the upstream's body changes nothing the client receives."""
+
+    @property
     def trailer(self) -> bytes:
         """What closes the client's stream after `finish` (chat's `[DONE]`, when it has not gone
         out already), or b""."""
