@@ -91,9 +91,7 @@ class ChatStream(Choices):
         that is a finding, [DONE] goes out after it (not at the upstream's end of the body,
         which may come later). After a finding it is kept, for a repair's trailer."""
         self.done = event.raw
-        if self.certain:
-            return []
-        outs = self.finish()
+        outs = self.finish()  # nothing, after a finding
         if self.certain:
             return []
         self._over = True

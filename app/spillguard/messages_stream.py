@@ -99,7 +99,7 @@ class MessagesStream(NamedEvents):
 
     @property
     def closed(self) -> bool:
-        return False  # its terminal event holds nothing back: it goes out as it comes
+        return False  # a failure after message_stop still ends the stream with an error
 
     @property
     def trailer(self) -> bytes:

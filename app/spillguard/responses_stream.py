@@ -27,9 +27,11 @@ from .sse import Event, Out
 from .usage import Usage, usage_of
 from .wire import NamedEvents, Stream
 
+ARGUMENTS_DELTA = "response.function_call_arguments.delta"
+
 
 class ResponsesStream(NamedEvents):
-    DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
+    DELTAS = ("response.output_text.delta", ARGUMENTS_DELTA)
 
     def __init__(self, tools: ToolSet, hold_limit: int, previous: ResponsesStream | None) -> None:
         self._tools = tools
@@ -93,7 +95,7 @@ class ResponsesStream(NamedEvents):
 
     @property
     def closed(self) -> bool:
-        return False  # its terminal event holds nothing back: it goes out as it comes
+        return False  # a failure after the terminal event still ends the stream with an error
 
     @property
     def trailer(self) -> bytes:
@@ -143,18 +145,20 @@ class ResponsesStream(NamedEvents):
 
     def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
         """What `feed` makes of an `output_text.delta` with text, or of a call's
-        `function_call_arguments.delta` while no message is withheld, while nothing has a
-        finding and no reasoning markup is parked, in a stream that is no splice (only a splice
-        has items `_closing`); None for any other event, which is left unread."""
+        `function_call_arguments.delta`, while nothing has a finding and no reasoning markup is
+        parked, in a stream that is no splice (only a splice has items `_closing`); None for any
+        other event, which is left unread. What goes as it came, with no message withheld, is
+        numbered and sent at once."""
         if self._found or self.splice is not None or self._reasoning_marker():
             return None
-        if data["type"] != self.DELTAS[0]:  # a call's arguments, which `_edit` leaves as sent
-            return None if self._unshown.withholding else [self.sent.send(data, event, False, None)]
-        delta = data.get("delta")
-        if type(delta) is not str:
-            return None
-        part = self._text(data, index_of(data, "output_index"), True)
-        pending = self._scan(part, data, event)
+        if data["type"] == ARGUMENTS_DELTA:
+            pending: list[Pending] = [(data, event, False)]  # as `_edit` leaves it
+        else:
+            delta = data.get("delta")
+            if type(delta) is not str:
+                return None
+            part = self._text(data, index_of(data, "output_index"), True)
+            pending = self._scan(part, data, event)
         unchanged = len(pending) == 1 and pending[0][1] is event
         if unchanged and not self._found and not self._unshown.withholding:
             return [self.sent.send(data, event, False, None)]  # as `_send_all` would send it

@@ -109,8 +109,9 @@ class Stream(Protocol):
 
     @property
     def closed(self) -> bool:
-        """The client has had the stream's last event (chat's `[DONE]`, sent as it came): a
-        failure reading the rest of the upstream's body changes nothing the client receives."""
+        """The client has had the stream's end (chat's `[DONE]`, sent when it came): a failure
+        reading the rest of the upstream's body adds nothing to the client's stream. Messages
+        and Responses say False: such a failure still ends theirs with an error event."""
 
     @property
     def trailer(self) -> bytes:
