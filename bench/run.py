@@ -220,6 +220,8 @@ def _http_get(port: int, path: str) -> int | None:
 
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
+        # As the servers bind: connections of an earlier run left in TIME_WAIT do not hold it.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True

@@ -16,10 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
 
-from spillguard.scripted import ScriptedUpstream, Turn
+from spillguard.scripted import ScriptedUpstream, Turn, response_events
+from spillguard.scripted_anthropic import Message, message_events, text
 from tests.conftest import chat_body
 from tests.faults import (
     HANG,
@@ -217,6 +220,51 @@ async def test_an_upstream_failure_after_done_adds_nothing_to_the_clients_stream
         assert data.count("[DONE]") == 1 and data[-1] == "[DONE]"
         content = [json.loads(d)["choices"][0]["delta"].get("content") for d in data[:-1]]
         assert "".join(c for c in content if c) == PROSE
+        async with httpx.AsyncClient(timeout=HANG) as http:
+            metrics = (await http.get(sg.url.removesuffix("/v1") + "/metrics")).text
+        assert 'outcome="passed"' in metrics and 'outcome="error"' not in metrics
+        await eventually(lambda: pool_in_use(sg) == 0)
+
+
+@pytest.mark.parametrize("fault", ["reset", "silent"])
+@pytest.mark.parametrize("wire", ["messages", "responses"])
+async def test_an_upstream_failure_after_the_terminal_event_adds_nothing(
+    wire: str, fault: str
+) -> None:
+    """Messages' message_stop and Responses' terminal event end the client's stream as [DONE]
+    ends chat's: the upstream then resetting, or never ending its body, adds no error event
+    (on which the SDK would raise, a whole answer in hand) and fails nothing."""
+    if wire == "messages":
+        sent = message_events(Message([text(PROSE)]), "m")
+    else:
+        sent = response_events(Turn(content=PROSE), "m")
+
+    async def after_the_end(conn: RawConn, req: RawRequest) -> None:
+        await conn.send(head(200, SSE) + chunk(b"".join(sent)))
+        if fault == "reset":
+            await asyncio.sleep(0.05)
+            conn.reset()
+        else:
+            await conn.until_closed()
+
+    async with RawUpstream(after_the_end) as up, serve(up.url, **FAST) as sg:
+        if wire == "messages":
+            claude = anthropic.AsyncAnthropic(base_url=sg.url.removesuffix("/v1"), api_key="k")
+            async with claude.messages.stream(
+                model="m", max_tokens=64, messages=[{"role": "user", "content": "hi"}],
+                tools=[{"name": "get_weather", "input_schema": {"type": "object"}}],
+            ) as stream:  # fmt: skip
+                got = await asyncio.wait_for(stream.get_final_text(), HANG)
+        else:
+            gpt = openai.AsyncOpenAI(base_url=sg.url, api_key="k", max_retries=0)
+            events = await gpt.responses.create(
+                model="m", input="hi", stream=True,
+                tools=[{"type": "function", "name": "get_weather", "parameters": {}}],
+            )  # fmt: skip
+            kinds = [event.type async for event in events]
+            assert kinds[-1] == "response.completed" and "error" not in kinds
+            got = PROSE
+        assert got == PROSE
         async with httpx.AsyncClient(timeout=HANG) as http:
             metrics = (await http.get(sg.url.removesuffix("/v1") + "/metrics")).text
         assert 'outcome="passed"' in metrics and 'outcome="error"' not in metrics

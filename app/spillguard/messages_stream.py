@@ -99,7 +99,9 @@ class MessagesStream(NamedEvents):
 
     @property
     def closed(self) -> bool:
-        return False  # a failure after message_stop still ends the stream with an error
+        # message_stop went out: a finding keeps it back (thinking markup parked at the
+        # message's end is one).
+        return self._ended and not self.certain
 
     @property
     def trailer(self) -> bytes:

@@ -42,6 +42,7 @@ class ResponsesStream(NamedEvents):
         self._parked_bytes = 0
         self._called = False
         self._ended = False  # after a finding: the response ended
+        self._terminal = False  # a terminal event was read
         self.sent = Sent()  # what the client has been sent
         self.usage: Usage | None = None  # from the terminal event's response
         self.splice: Splice | None = None
@@ -95,7 +96,9 @@ class ResponsesStream(NamedEvents):
 
     @property
     def closed(self) -> bool:
-        return False  # a failure after the terminal event still ends the stream with an error
+        # The terminal event went out: a finding keeps it back (reasoning markup parked at
+        # the response's end is one).
+        return self._terminal and not self.certain
 
     @property
     def trailer(self) -> bytes:
@@ -214,6 +217,7 @@ class ResponsesStream(NamedEvents):
                 rest = self._released(summary, self._finish_text(summary), ended=True)
                 return ([summary.delta_event(rest)] if rest else []) + same
         if kind in TERMINAL:
+            self._terminal = True
             flushed = self._flush_all()
             if self.certain:  # a finding made at the end
                 self._drain(kind, data)

@@ -109,9 +109,10 @@ class Stream(Protocol):
 
     @property
     def closed(self) -> bool:
-        """The client has had the stream's end (chat's `[DONE]`, sent when it came): a failure
-        reading the rest of the upstream's body adds nothing to the client's stream. Messages
-        and Responses say False: such a failure still ends theirs with an error event."""
+        """The client has had the stream's end (chat's `[DONE]`, Messages' `message_stop`,
+        Responses' terminal event; each sent when it came): a failure reading the rest of the
+        upstream's body adds nothing to the client's stream (an SDK would raise on an error
+        event there, after a whole answer)."""
 
     @property
     def trailer(self) -> bytes:
