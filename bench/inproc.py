@@ -121,7 +121,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--upstream", default="http://127.0.0.1:9150/v1")
     parser.add_argument("--mode", default="retry")
     parser.add_argument("--stream", metavar="MODEL", help="stream requests of this bench model")
+    parser.add_argument(
+        "--watch-after",
+        type=float,
+        metavar="S",
+        help="spillguard watches a client after S seconds instead (bench.instructions: under "
+        "valgrind a reply takes 50 times as long, and no watcher should start that would not "
+        "start at full speed)",
+    )
     args = parser.parse_args(argv)
+    if args.watch_after is not None:
+        from spillguard import downstream
+
+        downstream.WATCH_AFTER = args.watch_after
     import uvloop
 
     print(json.dumps(uvloop.run(run(args))))

@@ -7,7 +7,10 @@ the instructions a process executes do not. Each row drives its ASGI app in-proc
 and `n2` requests measured; the difference of the two totals, divided by the difference in
 requests (or in SSE events the client received), cancels start-up, imports and warm-up. The
 upstream is `bench.upstream`, started on CPU 1 as `bench.run` starts it (its port must be free).
-Counts of one tree differed by 1.5% at most (three runs, 5 December).
+Counts of one tree differed by 1.5% at most (three runs, 5 December). spillguard's rows watch a
+client after 2.5 s instead of 0.05 s (`downstream.WATCH_AFTER`): at valgrind's pace every reply
+took longer than 0.05 s and started a watcher task that no reply at full speed starts (about
+50,000 instructions a request counted before).
 
   .venv/bin/python -m bench.instructions                        # floor and spillguard, non-streamed
   .venv/bin/python -m bench.instructions --load stream --load paced
@@ -81,6 +84,8 @@ def counted(tree: Path | None, floor: bool, args: list[str], n: int, upstream: s
     argv += [PY, "-m", "bench.inproc", "--n", str(n), "--upstream", upstream, *args]
     if floor:
         argv.append("--floor")
+    else:  # a reply takes some 50 times as long here: 50 times `WATCH_AFTER` (0.05 s)
+        argv += ["--watch-after", "2.5"]
     env = {"PYTHONPATH": f"{tree}:{ROOT}"} if tree is not None else {}
     done = subprocess.run(argv, capture_output=True, cwd=ROOT, env=os.environ | env, timeout=1800)
     if done.returncode != 0:
