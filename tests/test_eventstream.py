@@ -100,3 +100,19 @@ async def test_pings_go_out_between_slow_chunks() -> None:
     bodies = [m.get("body") for m in (await _sent(ours, _never))[1:]]
     assert [b for b in bodies if b != b": ka\n\n"] == [*chunks, b""]
     assert bodies.index(b": ka\n\n") < bodies.index(b"data: 1\n\n")
+
+
+async def test_no_pings_once_the_stream_has_ended_for_the_client() -> None:
+    chunks = [b"data: 1\n\n", b"data: [DONE]\n\n"]
+    sent: list[bytes] = []
+    ours = EventStream(
+        _events(chunks, [], pause=0.3), 200, {}, 0.05, b": ka\n\n", ended=lambda: bool(sent)
+    )
+
+    async def record(message: Any) -> None:
+        if message.get("body"):
+            sent.append(message["body"])
+
+    await ours({"type": "http"}, _never, record)
+    assert sent[0] == b": ka\n\n"  # pinged while waiting for the first chunk
+    assert sent[1:] == chunks

@@ -117,3 +117,27 @@ async def test_a_held_drip_after_the_start_still_gets_a_keepalive() -> None:
     text, names = contents(seen)
     assert text == prose
     assert names == ["get_weather"]  # a real call: the held reasoning went out ahead of it
+
+
+async def test_no_keepalive_after_done() -> None:
+    """[DONE] is the client's end: an upstream that keeps its body open after it, silent for
+    longer than both keep-alive intervals (the relay's and the response's ping, whole seconds),
+    gets nothing of spillguard's after it; only the body's end follows."""
+    prose = ScriptedTurn(content="Sunny in Lisbon.")
+
+    async def silent_after_done(conn: RawConn, req: RawRequest) -> None:
+        await conn.send(head(200, SSE) + b"".join(chunk(e) for e in chunks(prose, "m")))
+        await asyncio.sleep(1.6)
+        await conn.send(LAST_CHUNK)
+
+    async with (
+        RawUpstream(silent_after_done) as up,
+        serve(up.url, keepalive=KEEPALIVE, read_timeout=5.0, incidents_db="") as sg,
+        httpx.AsyncClient(base_url=sg.url, timeout=HANG) as http,
+    ):
+        r = await asyncio.wait_for(
+            http.post("/chat/completions", json=chat_body(stream=True)), HANG
+        )
+    assert r.status_code == 200
+    assert r.text.endswith("data: [DONE]\n\n"), r.text[-200:]
+    assert contents(r.text.splitlines())[0] == "Sunny in Lisbon."

@@ -5,7 +5,7 @@ bench/RESULTS.md); `id:` and `retry:` fields are never sent."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.background import BackgroundTask
 from starlette.datastructures import MutableHeaders
@@ -16,8 +16,9 @@ from starlette.types import Receive, Scope, Send
 class EventStream(Response):
     """Server-sent events from an async iterator of bytes, sent as sse-starlette's
     `EventSourceResponse` sends them here (its headers but `Connection`, which is the server's;
-    `ping_bytes` every `ping` seconds; the body closed as soon as the client leaves, then
-    `background`), with one watcher task a stream instead of a task group of four.
+    `ping_bytes` every `ping` seconds, none once `ended()` says the client has had the stream's
+    end; the body closed as soon as the client leaves, then `background`), with one watcher
+    task a stream instead of a task group of four.
 
     On shutdown the server's own graceful timeout ends a stream still running (uvicorn cancels
     it), where sse-starlette's grace period did the same."""
@@ -32,11 +33,13 @@ class EventStream(Response):
         ping: float,
         ping_bytes: bytes,
         background: BackgroundTask | None = None,
+        ended: Callable[[], bool] = lambda: False,
     ) -> None:
         self.body_iterator = body
         self.status_code = status
         self.background = background
         self.ping, self.ping_bytes = ping, ping_bytes
+        self.ended = ended
         merged = MutableHeaders(headers=dict(headers))
         merged.setdefault("Cache-Control", "no-store")
         merged["X-Accel-Buffering"] = "no"
@@ -63,7 +66,7 @@ class EventStream(Response):
                     message = await asyncio.wait_for(receive(), max(due - loop.time(), 0))
                 except TimeoutError:
                     due += self.ping
-                    if active and not sending:
+                    if active and not sending and not self.ended():
                         async with lock:
                             if active:
                                 await send(ping)

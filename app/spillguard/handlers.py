@@ -163,6 +163,7 @@ async def _streamed(
         # The wire's own keep-alive (a comment, or Messages' `ping` event), sent as its bytes.
         ping_bytes=decision.wire.keepalive,
         background=BackgroundTask(done),
+        ended=lambda: ex.current is not None and ex.current.closed,
     )
     return respond(sse, {"set-cookie": cookies} if cookies else {})
 

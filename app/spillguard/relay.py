@@ -91,9 +91,12 @@ class Relay:
         unsent: list[bytes] = []  # output of this read's parts not yet yielded
         while True:
             # A keep-alive is due `keepalive` seconds after the client's last byte (or its
-            # request), however steadily the upstream sends text that is held back.
-            left = start.since + s.keepalive - loop.time()
-            chunk: bytes | None = await reply.wait_chunk(left) if left > 0 else None
+            # request), however steadily the upstream sends text that is held back; none after
+            # the client has had the stream's end.
+            left = None if stream.closed else start.since + s.keepalive - loop.time()
+            chunk: bytes | None = None
+            if left is None or left > 0:
+                chunk = await reply.wait_chunk(left)
             if chunk is None:  # keep the connection alive (starting the response if need be)
                 for item in self.send(at, start.idle(self.wire.keepalive)):
                     yield item
