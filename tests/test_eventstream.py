@@ -103,16 +103,22 @@ async def test_pings_go_out_between_slow_chunks() -> None:
 
 
 async def test_no_pings_once_the_stream_has_ended_for_the_client() -> None:
-    chunks = [b"data: 1\n\n", b"data: [DONE]\n\n"]
+    """Pings go out while the body waits, until `ended()`; none while it waits after that."""
+    done = b"data: [DONE]\n\n"
+
+    async def body() -> Any:
+        await asyncio.sleep(0.3)
+        yield b"data: 1\n\n"
+        yield done
+        await asyncio.sleep(0.3)  # the upstream's body still open after the end
+
+    ours = EventStream(body(), 200, {}, 0.05, b": ka\n\n", ended=lambda: done in sent)
     sent: list[bytes] = []
-    ours = EventStream(
-        _events(chunks, [], pause=0.3), 200, {}, 0.05, b": ka\n\n", ended=lambda: bool(sent)
-    )
 
-    async def record(message: Any) -> None:
-        if message.get("body"):
-            sent.append(message["body"])
+    async def record(message: dict[str, Any]) -> None:
+        sent.append(message.get("body", b""))
 
-    await ours({"type": "http"}, _never, record)
-    assert sent[0] == b": ka\n\n"  # pinged while waiting for the first chunk
-    assert sent[1:] == chunks
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    await ours(scope, _never, record)
+    assert b": ka\n\n" in sent[: sent.index(b"data: 1\n\n")]  # pinged before the end
+    assert sent[sent.index(done) :] == [done, b""]  # nothing but the body's end after it

@@ -261,14 +261,58 @@ async def test_an_upstream_failure_after_the_terminal_event_adds_nothing(
                 model="m", input="hi", stream=True,
                 tools=[{"type": "function", "name": "get_weather", "parameters": {}}],
             )  # fmt: skip
-            kinds = [event.type async for event in events]
+            seen = [event async for event in events]
+            kinds = [event.type for event in seen]
             assert kinds[-1] == "response.completed" and "error" not in kinds
-            got = PROSE
+            got = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
         assert got == PROSE
         async with httpx.AsyncClient(timeout=HANG) as http:
             metrics = (await http.get(sg.url.removesuffix("/v1") + "/metrics")).text
         assert 'outcome="passed"' in metrics and 'outcome="error"' not in metrics
         await eventually(lambda: pool_in_use(sg) == 0)
+
+
+@pytest.mark.parametrize("fault", ["reset", "silent"])
+async def test_a_spliced_retry_whose_upstream_fails_after_its_end_still_counts_as_retried(
+    fault: str,
+) -> None:
+    """A Messages stream leaks after its prose has gone out; the retry continues the client's
+    stream to its message_stop, and only then does the retry's upstream reset or fall silent:
+    the request is retried (not passed, not failed), with no error event."""
+    prose = "It is sunny in Lisbon today. "
+
+    async def handler(conn: RawConn, req: RawRequest) -> None:
+        if req.index == 0:
+            leaking = message_events(Message([text(prose + LEAK)], delta_size=len(prose)), "m")
+            await conn.send(head(200, SSE) + chunk(b"".join(leaking[:4])))
+            await asyncio.sleep(0.2)  # the prose reaches the client: the response has started
+            await conn.send(chunk(b"".join(leaking[4:])) + LAST_CHUNK)
+            return
+        retry = message_events(Message([text("Twenty-one degrees.")]), "m")
+        await conn.send(head(200, SSE) + chunk(b"".join(retry)))
+        if fault == "reset":
+            await asyncio.sleep(0.05)
+            conn.reset()
+        else:
+            await conn.until_closed()
+
+    body = {
+        "model": "m", "max_tokens": 64, "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+    }  # fmt: skip
+    async with (
+        RawUpstream(handler) as up,
+        serve(up.url, **FAST) as sg,
+        httpx.AsyncClient(timeout=HANG) as http,
+    ):
+        r = await asyncio.wait_for(http.post(sg.url + "/messages", json=body), HANG)
+        metrics = (await http.get(sg.url.removesuffix("/v1") + "/metrics")).text
+    assert r.status_code == 200 and len(up.requests) == 2
+    assert r.text.rstrip().endswith('data: {"type": "message_stop"}'), r.text[-200:]
+    assert "event: error" not in r.text
+    assert 'outcome="retried"' in metrics
+    assert 'outcome="passed"' not in metrics and 'outcome="error"' not in metrics
 
 
 async def test_drip_after_stream_started_ends_with_error_event() -> None:

@@ -281,3 +281,16 @@ def test_not_closed_when_message_stop_is_kept_back() -> None:
     parked = fresh()
     out = fed_without_the_bodys_end(parked, b"".join(messages_events(thought)))
     assert b"message_stop" not in out and not parked.closed
+
+
+def test_what_follows_message_stop_goes_as_it_came_unread() -> None:
+    """After message_stop the client has the message's end: later events (here a block that
+    would leak, and one of blank text that would be held) are neither read nor held, so they
+    can neither make a finding after the end nor hold the end back."""
+    late = event("content_block_start", index=1, content_block={"type": "text", "text": ""})
+    late += late_text(1, PROSE + HERMES) + late_text(1, " " * 3000)
+    late += event("content_block_stop", index=1) + b": comment\n\n"
+    data = b"".join(messages_events(Turn(content=("Sunny", " in Lisbon.")))) + late
+    out, stream = every_split_agrees(fresh, data)
+    assert out == data
+    assert stream.finding is None and stream.closed and stream.holding == 0

@@ -294,3 +294,16 @@ def test_not_closed_when_the_terminal_event_is_kept_back() -> None:
     parked = fresh()
     out = fed_without_the_bodys_end(parked, b"".join(responses_events(thought)))
     assert b"response.completed" not in out and not parked.closed
+
+
+def test_what_follows_the_terminal_event_goes_as_it_came_unread() -> None:
+    """After response.completed the client has the response's end: later events (here text
+    that would leak) are neither read nor held."""
+    late = b"event: response.output_text.delta\ndata: " + json.dumps(
+        {"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
+         "delta": PROSE + HERMES}
+    ).encode() + b"\n\n"  # fmt: skip
+    data = b"".join(responses_events(Turn(content=("Sunny", " in Lisbon.")))) + late
+    out, stream = every_split_agrees(fresh, data)
+    assert out == data
+    assert stream.finding is None and stream.closed and stream.holding == 0

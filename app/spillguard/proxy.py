@@ -169,10 +169,11 @@ class Decision:
                 yield item
         except Exception as exc:
             if started and ex.current is not None and ex.current.closed:
-                # The client has the whole answer and its end ([DONE]); reading the rest of the
+                # The client has the whole answer and its end; reading the rest of the
                 # upstream's body failed. Nothing is added after the end, nor counted as failed.
                 if not isinstance(exc, (SpillguardError, SSEError)):
                     log.error("stream failed", extra={"fields": {"error": type(exc).__name__}})
+                self._reached(ex, ex.current, ex.outcome.attempts)
                 return
             if isinstance(exc, SpillguardError):
                 error = exc
@@ -241,12 +242,11 @@ class Decision:
                 async for item in edit:
                     yield item
             finding = stream.finding
-            if finding is None or ex.policy.mode is Mode.OBSERVE:  # this stream reached the client
-                ex.outcome.saw(stream.anomalies, attempt)
             if finding is None:
-                if attempt == 2:  # also a retry that continued the client's stream
-                    ex.outcome.act(Action.RETRIED)
+                self._reached(ex, stream, attempt)
                 return
+            if ex.policy.mode is Mode.OBSERVE:  # this stream reached the client
+                ex.outcome.saw(stream.anomalies, attempt)
             self._note(ex, finding, attempt, self.wire.stream_usage(stream))
             if ex.policy.mode is Mode.OBSERVE:
                 return
@@ -264,6 +264,13 @@ class Decision:
                 raise self._leak(ex, finding, attempt)
             body = self._retry(ex, (finding, stream.leaked_text()), attempt)
             previous = stream if start.started else None
+
+    def _reached(self, ex: Exchange, stream: Stream, attempt: int) -> None:
+        """A stream with no finding reached the client: its anomalies, and a second attempt's
+        action (also a retry that continued the client's stream)."""
+        ex.outcome.saw(stream.anomalies, attempt)
+        if attempt == 2:
+            ex.outcome.act(Action.RETRIED)
 
     def _repairable(self, ex: Exchange, stream: Stream) -> Repairable | None:
         """The stream, when its leak would be read out for a repair."""

@@ -42,12 +42,17 @@ class NamedEvents:
     """`feed` and `feed_all` of an editor of JSON events (Messages, Responses): each event's
     data read once (None when it is not JSON), an event of a type in `DELTAS` first offered to
     `_text_delta` (the short way, with the same bytes out; None declines it), the rest to
-    `_feed`. A comment is dropped once the stream is certain to leak, else passed on."""
+    `_feed`. A comment is dropped once the stream is certain to leak, else passed on. Once the
+    client has had the stream's end (`closed`), every event goes as it came, unread."""
 
     DELTAS: ClassVar[tuple[str, ...]]  # a tuple: `in` compares, so a list-valued type is safe
 
     @property
     def certain(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
         raise NotImplementedError
 
     def _text_delta(self, event: Event, data: dict[str, Any]) -> list[Out] | None:
@@ -57,13 +62,17 @@ class NamedEvents:
         raise NotImplementedError
 
     def feed(self, event: Event) -> list[Out]:
+        if self.closed:
+            return [Out(event.raw, False)]
         if event.data is None:
             return [] if self.certain else [Out(event.raw, False)]
         return self._feed(event, _parsed(event.data))
 
     def feed_all(self, events: list[Event]) -> list[Out]:
+        if self.closed:
+            return [Out(event.raw, False) for event in events]
         outs: list[Out] = []
-        for event in events:
+        for at, event in enumerate(events):
             if event.data is None:
                 outs += self.feed(event)
                 continue
@@ -74,6 +83,8 @@ class NamedEvents:
                     outs += out
                     continue
             outs += self._feed(event, data)
+            if self.closed:  # that was the end: the rest of the read goes as it came
+                return outs + [Out(event.raw, False) for event in events[at + 1 :]]
         return outs
 
 
@@ -110,9 +121,9 @@ class Stream(Protocol):
     @property
     def closed(self) -> bool:
         """The client has had the stream's end (chat's `[DONE]`, Messages' `message_stop`,
-        Responses' terminal event; each sent when it came): a failure reading the rest of the
-        upstream's body adds nothing to the client's stream (an SDK would raise on an error
-        event there, after a whole answer)."""
+        Responses' terminal event; each published when it came): what follows goes as it came,
+        unread, and a failure reading the rest of the upstream's body adds nothing to the
+        client's stream (an SDK would raise on an error event there, after a whole answer)."""
 
     @property
     def trailer(self) -> bytes:
