@@ -198,6 +198,15 @@ async def test_done_reaches_the_client_before_the_upstream_ends_its_body() -> No
         await eventually(lambda: pool_in_use(sg) == 0)
 
 
+async def fail(conn: RawConn, fault: str) -> None:
+    """The upstream, what it had to say sent, resets the connection or never ends its body."""
+    if fault == "reset":
+        await asyncio.sleep(0.05)
+        conn.reset()
+    else:
+        await conn.until_closed()
+
+
 @pytest.mark.parametrize("fault", ["reset", "silent"])
 async def test_an_upstream_failure_after_done_adds_nothing_to_the_clients_stream(
     fault: str,
@@ -207,11 +216,7 @@ async def test_an_upstream_failure_after_done_adds_nothing_to_the_clients_stream
 
     async def after_done(conn: RawConn, req: RawRequest) -> None:
         await conn.send(head(200, SSE) + chunk(b"".join(events(PROSE))))
-        if fault == "reset":
-            await asyncio.sleep(0.05)
-            conn.reset()
-        else:
-            await conn.until_closed()
+        await fail(conn, fault)
 
     async with RawUpstream(after_done) as up, serve(up.url, **FAST) as sg:
         r = await asyncio.wait_for(post(sg.url, True), HANG)
@@ -241,11 +246,7 @@ async def test_an_upstream_failure_after_the_terminal_event_adds_nothing(
 
     async def after_the_end(conn: RawConn, req: RawRequest) -> None:
         await conn.send(head(200, SSE) + chunk(b"".join(sent)))
-        if fault == "reset":
-            await asyncio.sleep(0.05)
-            conn.reset()
-        else:
-            await conn.until_closed()
+        await fail(conn, fault)
 
     async with RawUpstream(after_the_end) as up, serve(up.url, **FAST) as sg:
         if wire == "messages":
@@ -290,11 +291,7 @@ async def test_a_spliced_retry_whose_upstream_fails_after_its_end_still_counts_a
             return
         retry = message_events(Message([text("Twenty-one degrees.")]), "m")
         await conn.send(head(200, SSE) + chunk(b"".join(retry)))
-        if fault == "reset":
-            await asyncio.sleep(0.05)
-            conn.reset()
-        else:
-            await conn.until_closed()
+        await fail(conn, fault)
 
     body = {
         "model": "m", "max_tokens": 64, "stream": True,

@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from spillguard.messages_stream import MessagesStream, new_stream
-from spillguard.sse import SSEDecoder
 from tests.fuzz.messages_bytes import SIGNATURE, MessagesWriter, messages_events, messages_view
 from tests.fuzz.wire_bytes import HOLD, TOOLS, WEATHER, Turn, cut, decode, drive, every_split_agrees
 from tests.samples import DSML, HERMES
@@ -252,35 +251,6 @@ def test_a_splice_after_thinking_markup_closes_the_thinking_at_its_prose() -> No
 
 
 # ---- the client's end -----------------------------------------------------------------------
-
-
-def fed_without_the_bodys_end(stream: MessagesStream, data: bytes) -> bytes:
-    """What the editor publishes of `data` while the upstream's body has not ended yet."""
-    decoder = SSEDecoder()
-    return b"".join(o.data for o in stream.feed_all(decoder.feed(data)))
-
-
-def test_closed_once_message_stop_has_gone_out() -> None:
-    """`closed` says the client has the message's end, so a failure reading the rest of the
-    upstream's body adds no error event after it (an SDK would raise on one)."""
-    events = messages_events(Turn(content=("Sunny", " in Lisbon.")))
-    stream = fresh()
-    assert fed_without_the_bodys_end(stream, b"".join(events[:-1])) == b"".join(events[:-1])
-    assert b"message_stop" in events[-1] and not stream.closed
-    assert fed_without_the_bodys_end(stream, events[-1]) == events[-1]
-    assert stream.closed
-
-
-def test_not_closed_when_message_stop_is_kept_back() -> None:
-    """A leak found (message_stop kept for the retry or the error), or thinking markup parked
-    at the message's end, keeps message_stop from the client: not closed."""
-    leaking = fresh()
-    out = fed_without_the_bodys_end(leaking, b"".join(messages_events(Turn((PROSE, HERMES)))))
-    assert leaking.certain and b"message_stop" not in out and not leaking.closed
-    thought = Turn(content=("Checking.",), reasoning=("The user wants the weather.\n", KIMI))
-    parked = fresh()
-    out = fed_without_the_bodys_end(parked, b"".join(messages_events(thought)))
-    assert b"message_stop" not in out and not parked.closed
 
 
 def test_what_follows_message_stop_goes_as_it_came_unread() -> None:

@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from spillguard.responses import ResponsesStream, new_stream
-from spillguard.sse import SSEDecoder
 from tests.fuzz.responses_bytes import (
     RESPONSE,
     ResponsesView,
@@ -265,35 +264,6 @@ def test_a_splice_completes_with_exactly_the_text_the_client_received() -> None:
 
 
 # ---- the client's end -----------------------------------------------------------------------
-
-
-def fed_without_the_bodys_end(stream: ResponsesStream, data: bytes) -> bytes:
-    """What the editor publishes of `data` while the upstream's body has not ended yet."""
-    decoder = SSEDecoder()
-    return b"".join(o.data for o in stream.feed_all(decoder.feed(data)))
-
-
-def test_closed_once_the_terminal_event_has_gone_out() -> None:
-    """`closed` says the client has the response's end, so a failure reading the rest of the
-    upstream's body adds no error event after it (an SDK would raise on one)."""
-    events = responses_events(Turn(content=("Sunny", " in Lisbon.")))
-    stream = fresh()
-    assert fed_without_the_bodys_end(stream, b"".join(events[:-1])) == b"".join(events[:-1])
-    assert b"response.completed" in events[-1] and not stream.closed
-    assert fed_without_the_bodys_end(stream, events[-1]) == events[-1]
-    assert stream.closed
-
-
-def test_not_closed_when_the_terminal_event_is_kept_back() -> None:
-    """A leak found (the terminal event kept for the retry or the error), or reasoning markup
-    parked at the response's end, keeps the terminal event from the client: not closed."""
-    leaking = fresh()
-    out = fed_without_the_bodys_end(leaking, b"".join(responses_events(Turn((PROSE, HERMES)))))
-    assert leaking.certain and b"response.completed" not in out and not leaking.closed
-    thought = Turn(content=("Checking.",), reasoning=("The user wants the weather.\n", KIMI))
-    parked = fresh()
-    out = fed_without_the_bodys_end(parked, b"".join(responses_events(thought)))
-    assert b"response.completed" not in out and not parked.closed
 
 
 def test_what_follows_the_terminal_event_goes_as_it_came_unread() -> None:

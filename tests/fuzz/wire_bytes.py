@@ -71,6 +71,12 @@ class HeldTooLong(Exception):
     """The editor held back more than the hold limit: the proxy fails the reply here."""
 
 
+def fed_before_the_end(stream: Stream, data: bytes) -> bytes:
+    """What `stream` publishes of `data` while the upstream's body has not ended yet (no
+    `finish`, no trailer)."""
+    return b"".join(o.data for o in stream.feed_all(SSEDecoder().feed(data)))
+
+
 def drive(
     stream: Stream,
     pieces: Iterable[bytes],
