@@ -94,9 +94,7 @@ class Relay:
             # request), however steadily the upstream sends text that is held back; none after
             # the client has had the stream's end.
             left = None if stream.closed else start.since + s.keepalive - loop.time()
-            chunk: bytes | None = None
-            if left is None or left > 0:
-                chunk = await reply.wait_chunk(left)
+            chunk = await reply.wait_chunk(left) if left is None or left > 0 else None
             if chunk is None:  # keep the connection alive (starting the response if need be)
                 for item in self.send(at, start.idle(self.wire.keepalive)):
                     yield item

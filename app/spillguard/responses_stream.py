@@ -41,8 +41,7 @@ class ResponsesStream(NamedEvents):
         self._parked: list[Pending] = []
         self._parked_bytes = 0
         self._called = False
-        self._ended = False  # after a finding: the response ended
-        self._terminal = False  # a terminal event was read
+        self._ended = False  # a terminal event was read (after a finding: drained to)
         self.sent = Sent()  # what the client has been sent
         self.usage: Usage | None = None  # from the terminal event's response
         self.splice: Splice | None = None
@@ -98,7 +97,7 @@ class ResponsesStream(NamedEvents):
     def closed(self) -> bool:
         # The terminal event went out: a finding keeps it back (reasoning markup parked at
         # the response's end is one).
-        return self._terminal and not self.certain
+        return self._ended and not self.certain
 
     @property
     def trailer(self) -> bytes:
@@ -217,7 +216,7 @@ class ResponsesStream(NamedEvents):
                 rest = self._released(summary, self._finish_text(summary), ended=True)
                 return ([summary.delta_event(rest)] if rest else []) + same
         if kind in TERMINAL:
-            self._terminal = True
+            self._ended = True
             flushed = self._flush_all()
             if self.certain:  # a finding made at the end
                 self._drain(kind, data)
