@@ -15,7 +15,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from spillguard.logs import ConsoleFormatter, JsonFormatter, setup_logging, write, write_of
+from spillguard.logs import (
+    AS_GIVEN,
+    PIPE_BUF,
+    ConsoleFormatter,
+    JsonFormatter,
+    setup_logging,
+    write,
+    write_all,
+    write_of,
+)
 from spillguard.outcome import Action
 from spillguard.redact import Redactor
 from spillguard.settings import Settings
@@ -342,3 +351,60 @@ def test_any_other_arrangement_gets_the_dict_of_fields_written_straight(restored
     write_of(LOGGER, logging.INFO, "request", Written(), {"a": 1})
     assert [r.fields for r in seen.records] == [{"a": 1}]  # type: ignore[attr-defined]
     assert json.loads(stream.getvalue())["a"] == 1
+
+
+class Writes(io.StringIO):
+    """A stream that keeps each write and each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.flushes = 0
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_lines_written_together_go_in_whole_pieces_of_pipe_buf_at_most(
+    restored: None, log_format: str
+) -> None:
+    """Lines of several workers sharing a pipe never interleave: a write of PIPE_BUF bytes or
+    fewer reaches it in one piece, and every write holds whole lines (a longer line alone)."""
+    many = [{"n": n, "note": "é" * (n % 7) * 40} for n in range(60)]
+    many[30]["note"] = "x" * (2 * PIPE_BUF)
+    with mock.patch("time.time", return_value=1764600000.123456):
+        _setup(log_format)
+        apart = Writes()
+        LOGGER.handlers[0].setStream(apart)  # type: ignore[attr-defined]
+        for fields in many:
+            write(LOGGER, logging.INFO, "request", fields)
+        together = Writes()
+        LOGGER.handlers[0].setStream(together)  # type: ignore[attr-defined]
+        write_all(LOGGER, logging.INFO, "request", AS_GIVEN, many)
+    assert together.getvalue() == apart.getvalue()
+    assert len(apart.writes) == 60
+    assert 2 < len(together.writes) < 60
+    assert together.flushes == len(together.writes)
+    for text in together.writes:
+        assert text.endswith("\n")
+        assert len(text.encode()) <= PIPE_BUF or text.count("\n") == 1
+
+
+def test_a_failing_piece_is_each_of_its_records_failure(
+    restored: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError("disk full")
+
+    _setup("json")
+    LOGGER.handlers[0].setStream(Broken())  # type: ignore[attr-defined]
+    handled: list[logging.LogRecord] = []
+    monkeypatch.setattr(logging.StreamHandler, "handleError", lambda self, r: handled.append(r))
+    write_all(LOGGER, logging.INFO, "request", AS_GIVEN, [{"a": 1}, {"a": 2}])
+    assert [r.fields for r in handled] == [{"a": 1}, {"a": 2}]  # type: ignore[attr-defined]

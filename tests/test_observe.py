@@ -629,3 +629,104 @@ def test_a_plain_request_line_needs_no_dict(monkeypatch: pytest.MonkeyPatch) -> 
         lines[log_format] = stream.getvalue()
     assert lines["console"].startswith("info    request request_id=r-1 route=chat mode=retry")
     assert json.loads(lines["json"])["request_id"] == "r-1"
+
+
+# ---- recording on the loop's next turn -------------------------------------------------------
+
+
+def _ended(rid: str, **values: Any) -> Outcome:
+    outcome = Outcome(rid, "chat", "retry", model="m", status=200, upstream_calls=1, **values)
+    outcome.upstream_statuses.append(200)
+    return outcome
+
+
+def _requests_counted(observer: Observer) -> float:
+    value = observer.metrics.registry.get_sample_value(
+        "spillguard_requests_total",
+        {"route": "chat", "mode": "retry", "outcome": "passed", "upstream": "default"},
+    )
+    return value or 0.0
+
+
+async def test_outcomes_are_sealed_at_once_and_recorded_together_on_the_next_turn() -> None:
+    sets = Settings(log_format="json", log_level="INFO", incidents_db="")
+    leak = Leak("hermes", "get_weather", 1, "<tool_call>")
+    with logged_to(sets) as stream:
+        observer = Observer(sets)
+        observer.start()
+        ended = [
+            _ended("a", action=Action.PASSED),
+            _ended("b", action=Action.FAILED, findings=[leak]),
+            _ended("c", action=Action.PASSED),
+        ]
+        for outcome in ended:
+            observer.record(outcome)
+            assert outcome.recorded and outcome.total_ms >= 0  # its times taken when it ended
+        observer.record(ended[0])  # recorded once, however often it is asked
+        assert stream.getvalue() == "" and _requests_counted(observer) == 0
+        await asyncio.sleep(0)
+        lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+        observer.close()
+    assert [line["request_id"] for line in lines] == ["a", "b", "c"]  # in the order they ended
+    assert lines[1]["findings"][0]["family"] == "hermes"
+    assert _requests_counted(observer) == 2
+
+
+async def test_flush_and_close_record_what_waits() -> None:
+    sets = Settings(log_format="json", log_level="INFO", incidents_db="")
+    with logged_to(sets) as stream:
+        observer = Observer(sets)
+        observer.start()
+        observer.record(_ended("a", action=Action.PASSED))
+        observer.flush()
+        assert [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()] == ["a"]
+        observer.record(_ended("b", action=Action.PASSED))
+        observer.close()  # at shutdown, before the loop's next turn
+        observer.record(_ended("c", action=Action.PASSED))  # closed: at once
+        got = [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()]
+        await asyncio.sleep(0)  # the turn asked for before `close` finds nothing left
+        again = [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()]
+    assert got == again == ["a", "b", "c"]
+    assert _requests_counted(observer) == 3
+
+
+def test_outcomes_are_recorded_at_once_off_the_loop_and_after_it_has_closed() -> None:
+    sets = Settings(log_format="json", log_level="INFO", incidents_db="")
+
+    async def started() -> Observer:
+        observer = Observer(sets)
+        observer.start()
+        return observer
+
+    with logged_to(sets) as stream:
+        never = Observer(sets)  # never started: no loop to wait for
+        never.record(_ended("a", action=Action.PASSED))
+        assert json.loads(stream.getvalue())["request_id"] == "a"
+        gone = asyncio.run(started())  # its loop is closed now
+        gone.record(_ended("b", action=Action.PASSED))
+        gone.record(_ended("c", action=Action.PASSED))
+        ids = [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()]
+    assert ids == ["a", "b", "c"]
+    assert _requests_counted(gone) == 2
+
+
+async def test_a_failing_part_skips_no_other_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    sets = Settings(log_format="json", log_level="INFO", incidents_db="")
+    with logged_to(sets) as stream:
+        observer = Observer(sets)
+        observer.start()
+        observe = observer.metrics.observe
+
+        def failing(outcome: Outcome) -> None:
+            if outcome.request_id == "b":
+                raise RuntimeError("boom")
+            observe(outcome)
+
+        observer._parts = (failing,)
+        for rid in "abc":
+            observer.record(_ended(rid, action=Action.PASSED))
+        await asyncio.sleep(0)
+        lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line.get("request_id") for line in lines] == ["a", "b", "c", "b"]
+    assert lines[3]["msg"] == "outcome not fully recorded"
+    assert _requests_counted(observer) == 2

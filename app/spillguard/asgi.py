@@ -81,6 +81,7 @@ def create_app(settings: Settings) -> App:
         finally:
             for each in ctx.upstreams:
                 await each.close()
+            ctx.observer.flush()  # the last outcomes, here on the loop rather than in `close`
             await asyncio.to_thread(ctx.observer.close)
             gc.unfreeze()  # the application is going: what it held may be collected again
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import sys
 import time
+from collections.abc import Sequence
 from json.encoder import encode_basestring
 from typing import Any, Protocol, TypeVar
 
@@ -171,6 +173,7 @@ class ConsoleFormatter(logging.Formatter):
 
 
 FORMATTERS = (ConsoleFormatter, JsonFormatter)  # exactly these: a subclass may format otherwise
+PIPE_BUF = getattr(select, "PIPE_BUF", 512)  # POSIX: at least 512
 
 
 def write(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -> None:
@@ -178,12 +181,21 @@ def write(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) 
     the logging module's record and handler calls (about half of what a line costs) when
     nothing but one plain stream handler with spillguard's formatter, and no filter, would
     see it; any other arrangement goes through `logger.log`."""
-    write_of(logger, level, msg, AS_GIVEN, fields)
+    write_all(logger, level, msg, AS_GIVEN, (fields,))
 
 
 def write_of(logger: logging.Logger, level: int, msg: str, fields: Fields[T], about: T) -> None:
-    """`write` of `fields.fields(about)`, each line made as `fields` makes it: only
+    """`write` of `fields.fields(about)`, the line made as `fields` makes it: only
     `logger.log` needs the dict."""
+    write_all(logger, level, msg, fields, (about,))
+
+
+def write_all(
+    logger: logging.Logger, level: int, msg: str, fields: Fields[T], abouts: Sequence[T]
+) -> None:
+    """`write_of` of each of `abouts`, in order; on the plain stream handler, their lines go
+    in as few writes as keep each whole: a write of `PIPE_BUF` bytes or fewer reaches a pipe
+    in one piece, so lines from several workers sharing one never interleave mid-line."""
     if not logger.isEnabledFor(level):
         return
     handlers = logger.handlers
@@ -197,9 +209,10 @@ def write_of(logger: logging.Logger, level: int, msg: str, fields: Fields[T], ab
             and not handler.filters
         ):
             assert isinstance(formatter, ConsoleFormatter | JsonFormatter)
-            _emit(handler, formatter, logger, level, msg, fields, about)
+            _emit(handler, formatter, logger, level, msg, fields, abouts)
             return
-    logger.log(level, msg, extra={"fields": fields.fields(about)})
+    for about in abouts:
+        logger.log(level, msg, extra={"fields": fields.fields(about)})
 
 
 def _emit(
@@ -209,28 +222,76 @@ def _emit(
     level: int,
     msg: str,
     fields: Fields[T],
-    about: T,
+    abouts: Sequence[T],
 ) -> None:
-    """What `Handler.handle` and `StreamHandler.emit` do with the record, under its lock."""
+    """What `Handler.handle` and `StreamHandler.emit` do with each record, under its lock,
+    the lines written together in pieces of at most `PIPE_BUF` bytes (a longer line alone); a
+    piece that fails is each of its records' failure."""
     handler.acquire()
     try:
         levelname = logging.getLevelName(level)
-        if isinstance(formatter, JsonFormatter):  # created as a LogRecord is
-            text = formatter.line_of(levelname, msg, fields, about, time.time(), logger.name)
-        else:
-            text = formatter.line_of(levelname, msg, fields, about)
+        created = time.time()  # as a LogRecord takes it
+        end = handler.terminator
+        texts: list[str] = []
+        piece: list[T] = []
+        size = 0
+        for about in abouts:
+            try:
+                if isinstance(formatter, JsonFormatter):
+                    text = formatter.line_of(levelname, msg, fields, about, created, logger.name)
+                else:
+                    text = formatter.line_of(levelname, msg, fields, about)
+            except RecursionError:
+                raise
+            except Exception:
+                _failed(handler, logger, level, msg, fields.fields(about))
+                continue
+            text += end
+            n = len(text) if text.isascii() else len(text.encode())
+            if piece and size + n > PIPE_BUF:
+                _put(handler, logger, level, msg, fields, "".join(texts), piece)
+                texts, piece, size = [], [], 0
+            texts.append(text)
+            piece.append(about)
+            size += n
+        if piece:
+            _put(handler, logger, level, msg, fields, "".join(texts), piece)
+    finally:
+        handler.release()
+
+
+def _put(
+    handler: logging.StreamHandler[Any],
+    logger: logging.Logger,
+    level: int,
+    msg: str,
+    fields: Fields[T],
+    text: str,
+    abouts: list[T],
+) -> None:
+    try:
         stream = handler.stream
-        stream.write(text + handler.terminator)
+        stream.write(text)
         if stream and hasattr(stream, "flush"):  # `handler.flush()`, whose lock is held
             stream.flush()
     except RecursionError:
         raise
     except Exception:
-        record = logger.makeRecord(logger.name, level, "(unknown file)", 0, msg, (), None)
-        record.fields = fields.fields(about)
-        handler.handleError(record)
-    finally:
-        handler.release()
+        for about in abouts:
+            _failed(handler, logger, level, msg, fields.fields(about))
+
+
+def _failed(
+    handler: logging.StreamHandler[Any],
+    logger: logging.Logger,
+    level: int,
+    msg: str,
+    fields: dict[str, Any],
+) -> None:
+    """`handler.handleError` of the record that failed, as the logging module reports it."""
+    record = logger.makeRecord(logger.name, level, "(unknown file)", 0, msg, (), None)
+    record.fields = fields
+    handler.handleError(record)
 
 
 def setup_logging(settings: Settings) -> None:
