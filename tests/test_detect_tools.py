@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spillguard import chat
-from spillguard.detect import NO_TOOLS, ToolSet, declared_tools
+from spillguard.detect import NO_TOOLS, KnownTools, ToolSet, declared_tools
 from spillguard.jsonread import LEAVE_FROM, loads_leaving
 
 WEATHER_SCHEMA = {
@@ -343,3 +343,59 @@ def test_tools_and_functions_both_unread_keep_their_order() -> None:
     raw = json.dumps({"pad": "x" * LEAVE_FROM, "tools": [first], "functions": [later]}).encode()
     whole, left = _both(raw)
     assert left.params == whole.params == {"f": {"b"}}  # the later entry wins in both
+
+
+# ---- tool arrays seen lately (`KnownTools`) ---------------------------------------------------
+
+
+def _request(name: str, pad: str = "", **extra: object) -> bytes:
+    entry = {"type": "function", "function": {"name": name, "parameters": WEATHER_SCHEMA}}
+    body = {"pad": "x" * LEAVE_FROM + pad, "messages": [], "tools": [entry], **extra}
+    return json.dumps(body).encode()
+
+
+def _known(raw: bytes, known: KnownTools) -> ToolSet:
+    return declared_tools(loads_leaving(raw, chat.WIRE.unread), known)
+
+
+def test_a_repeated_tool_array_is_one_tool_set_read_once() -> None:
+    known = KnownTools()
+    first = _known(_request("get_weather", pad="turn 1"), known)
+    assert first.names == {"get_weather"}
+    again = _known(_request("get_weather", pad="turn 2, a longer conversation"), known)
+    assert again is first  # its tables already read
+    assert _tables(again) == _tables(declared_tools(json.loads(_request("get_weather"))))
+    other = _known(_request("get_forecast"), known)
+    assert other is not first and other.names == {"get_forecast"}
+
+
+def test_a_known_array_is_kept_as_its_own_bytes() -> None:
+    raw = _request("get_weather")
+    tools = _known(raw, known := KnownTools())
+    assert tools.unread is not None
+    array = json.dumps(json.loads(raw)["tools"]).encode()
+    assert json.loads(bytes(tools.unread)) == json.loads(array)
+    assert bytes(tools.unread) in raw and len(bytes(tools.unread)) < len(raw) - LEAVE_FROM
+    assert list(known.sets) == [bytes(tools.unread)] and known.held == len(bytes(tools.unread))
+
+
+def test_what_the_request_says_beside_its_array_still_counts() -> None:
+    known = KnownTools()
+    assert _known(_request("get_weather"), known).declared
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}
+    assert _known(_request("get_weather", response_format=fmt), known) is NO_TOOLS
+
+
+def test_known_arrays_are_held_to_their_count_and_size_oldest_given_up_first() -> None:
+    known = KnownTools(count=2, size=10_000)
+    a, b, c = (_known(_request(name), known) for name in ("a", "b", "c"))
+    assert list(known.sets.values()) == [b, c]  # a, the oldest, given up for c
+    assert known.held == sum(len(k) for k in known.sets)
+    assert _known(_request("a"), known) is not a  # read again, as new
+    small = KnownTools(size=len(bytes(a.unread or b"")) + 1)
+    first = _known(_request("a"), small)
+    second = _known(_request("b"), small)  # fits only alone: a is given up
+    assert list(small.sets.values()) == [second] and _known(_request("a"), small) is not first
+    too_long = KnownTools(size=10)
+    tools = _known(_request("get_weather"), too_long)
+    assert tools.names == {"get_weather"} and not too_long.sets and too_long.held == 0

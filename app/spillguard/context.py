@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from starlette.types import Scope
 
 from . import messages
+from .detect import KnownTools
 from .errors import SpillguardError
 from .mounts import Mount, Target, mount_name, mounts_for
 from .observe import Observer
@@ -101,6 +102,7 @@ class Context:
     observer: Observer
     anthropic: Upstream | None = None  # where the default's Anthropic requests go, if set
     readiness: Readiness = field(default_factory=Readiness)
+    known_tools: KnownTools = field(default_factory=KnownTools)  # tool arrays seen lately
     mounts: dict[str, Mount] = field(init=False)  # by name, the default first
     # Per mount: the client's key is dropped when spillguard has its own (proxy keys, or a
     # key it injects there).

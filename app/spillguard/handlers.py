@@ -101,7 +101,7 @@ async def _inspect(
     body = await read_body(receive, came.declared, s.max_body, s.read_timeout)
     url = decision.url(_query(scope))
     obj = _parse(body, decision.wire.unread)
-    tools = declared_tools(obj)
+    tools = declared_tools(obj, ctx.known_tools)
     if isinstance(obj, dict):
         model = obj.get("model")
         outcome.describe(model if isinstance(model, str) else None, obj.get("stream") is True)

@@ -45,7 +45,7 @@ Pythonic arguments are read as literals, never evaluated.
 from .anomalies import Anomaly, AnomalyKind, call_anomalies
 from .calls import Call, read_calls
 from .scanner import Finding, Scanner, inspect_text, may_find
-from .tools import NO_TOOLS, ToolSet, declared_tools
+from .tools import NO_TOOLS, KnownTools, ToolSet, declared_tools
 from .turn import TurnScanner
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "AnomalyKind",
     "Call",
     "Finding",
+    "KnownTools",
     "Scanner",
     "ToolSet",
     "TurnScanner",
