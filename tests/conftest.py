@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from spillguard import jsonread
 from spillguard.runner import Running, start_background
 from spillguard.scripted import Raw, ScriptedUpstream, Turn
 from spillguard.settings import Settings
@@ -110,3 +111,10 @@ def chat_body(stream: bool = False, **extra: Any) -> dict[str, Any]:
         "stream": stream,
         **extra,
     }
+
+
+def read_whole_unless(long: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test of both ways a request is read: unless `long`, every request is read whole
+    (`jsonread.LEAVE_FROM` out of any request's reach), however long the test's short one."""
+    if not long:
+        monkeypatch.setattr(jsonread, "LEAVE_FROM", 1 << 62)

@@ -28,6 +28,7 @@ from spillguard.responses_events import dumps
 from spillguard.scripted import Raw, Turn, call
 from spillguard.settings import Settings
 from tests.clients.provider import JSON, Item, Provider, Refused, Stack
+from tests.conftest import read_whole_unless
 
 HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'
 PROSE = "Let me look that up.\n"
@@ -242,9 +243,10 @@ async def stream(base: str, model: str, **extra: Any) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("long", [False, True])
 async def test_one_process_remembers_the_splice_for_the_next_request(
-    stack: Stack, long: bool
+    stack: Stack, long: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`long`: the next request is long enough to be read leaving its `input` unread."""
+    read_whole_unless(long, monkeypatch)
     case = stack.provider.add("one", (Turn(content=PROSE + HERMES, delay=0.01), REAL, REAL))
     got = await stream(stack.url("one"), "one")
     completed = got[-1]["response"]

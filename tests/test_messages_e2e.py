@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from spillguard import jsonread
 from spillguard.jsonread import LEAVE_FROM
 from spillguard.scripted import Raw
 from spillguard.scripted_anthropic import Message, error, text, thinking
@@ -24,6 +25,7 @@ from tests.anthropic_stack import (
     TOOLS,
     AnthropicStack,
 )
+from tests.conftest import read_whole_unless
 from tests.fuzz.messages_bytes import messages_view
 
 anthropic = pytest.importorskip("anthropic")
@@ -103,10 +105,11 @@ async def test_every_family_is_retried_into_the_real_call(stack: Make, family: s
 
 @pytest.mark.parametrize("long", [False, True])
 async def test_the_retry_keeps_every_field_and_never_echoes_the_markup(
-    stack: Make, long: bool
+    stack: Make, long: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`long`: a system prompt that makes the request long enough to be read leaving its
     messages, system and tools as their bytes (`jsonread.LEAVE_FROM`)."""
+    read_whole_unless(long, monkeypatch)
     s = await stack(Message([text("Let me check that.\n" + MINIMAX)]), CALL)
     system = "Be brief. " * (LEAVE_FROM // 10 if long else 1)
     body = {
@@ -133,7 +136,7 @@ async def test_the_retry_keeps_every_field_and_never_echoes_the_markup(
     assert second["messages"][1] == {"role": "assistant", "content": "Let me check that.\n"}
     assert second["messages"][2]["role"] == "user"
     assert len(second["messages"]) == 3
-    assert (len(raw) >= LEAVE_FROM) is long
+    assert (len(raw) >= jsonread.LEAVE_FROM) is long
 
 
 async def test_a_leak_with_no_prose_sends_no_assistant_turn(stack: Make) -> None:
@@ -234,7 +237,10 @@ async def raw_stream(s: AnthropicStack, body: dict[str, Any]) -> tuple[int, dict
 
 
 @pytest.mark.parametrize("long", [False, True])
-async def test_prose_then_a_leak_is_spliced_into_one_message(stack: Make, long: bool) -> None:
+async def test_prose_then_a_leak_is_spliced_into_one_message(
+    stack: Make, long: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read_whole_unless(long, monkeypatch)
     leak = Message([text("Let me check that.\n" + DSML)], delay=0.01)
     s = await stack(leak, CALL, leak, CALL)
     message = await final(s, system="Be brief. " * (LEAVE_FROM // 10) if long else "Be brief.")
