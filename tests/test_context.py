@@ -4,6 +4,9 @@ pass that reads them all (`Context.incoming`) against each alone."""
 
 from __future__ import annotations
 
+import os
+import re
+
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.datastructures import Headers
@@ -12,6 +15,7 @@ from spillguard.context import (
     DIALECT_KEY,
     REQUEST_DROP,
     Context,
+    new_request_id,
     request_end_to_end,
     request_id,
     speaks_anthropic,
@@ -83,6 +87,22 @@ def test_the_request_id_is_the_clients_cut_to_128_or_a_new_one() -> None:
     made = request_id([(b"x-request-id", b"")])
     assert made.startswith("sg-") and len(made) == 35 and made != request_id([])
     int(made[3:], 16)
+
+
+def test_own_ids_differ_in_a_forked_worker() -> None:
+    """The ids come from the process's `random` generator, which a forked child seeds anew."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, and out
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    mine = new_request_id()
+    assert re.fullmatch(r"sg-[0-9a-f]{32}", child) and re.fullmatch(r"sg-[0-9a-f]{32}", mine)
+    assert child != mine
 
 
 def test_the_dialect_is_read_once_and_kept_in_the_scope() -> None:
