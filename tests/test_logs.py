@@ -137,9 +137,12 @@ def test_a_subclassed_formatter_formats_its_own_way(restored: None) -> None:
     assert stream.getvalue() == "INFO    REQUEST A=B\n"
 
 
-def test_a_failing_stream_is_handled_as_the_handler_would(
-    restored: None, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_failing_stream_is_each_records_failure_as_the_handler_would(
+    restored: None, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
+    """One line (`write`), or several written together (`write_all`): each record fails."""
+
     class Broken(io.StringIO):
         def write(self, text: str) -> int:
             raise OSError("disk full")
@@ -148,8 +151,13 @@ def test_a_failing_stream_is_handled_as_the_handler_would(
     LOGGER.handlers[0].setStream(Broken())  # type: ignore[attr-defined]
     handled: list[logging.LogRecord] = []
     monkeypatch.setattr(logging.StreamHandler, "handleError", lambda self, r: handled.append(r))
-    write(LOGGER, logging.INFO, "request", {"a": 1})
-    assert [(r.getMessage(), r.fields) for r in handled] == [("request", {"a": 1})]  # type: ignore[attr-defined]
+    many = [{"a": n} for n in range(count)]
+    if count == 1:
+        write(LOGGER, logging.INFO, "request", many[0])
+    else:
+        write_all(LOGGER, logging.INFO, "request", AS_GIVEN, many)
+    got = [(r.getMessage(), r.fields) for r in handled]  # type: ignore[attr-defined]
+    assert got == [("request", fields) for fields in many]
 
 
 @pytest.mark.parametrize("log_format", ["console", "json"])
@@ -393,18 +401,3 @@ def test_lines_written_together_go_in_whole_pieces_of_pipe_buf_at_most(
     for text in together.writes:
         assert text.endswith("\n")
         assert len(text.encode()) <= PIPE_BUF or text.count("\n") == 1
-
-
-def test_a_failing_piece_is_each_of_its_records_failure(
-    restored: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    class Broken(io.StringIO):
-        def write(self, text: str) -> int:
-            raise OSError("disk full")
-
-    _setup("json")
-    LOGGER.handlers[0].setStream(Broken())  # type: ignore[attr-defined]
-    handled: list[logging.LogRecord] = []
-    monkeypatch.setattr(logging.StreamHandler, "handleError", lambda self, r: handled.append(r))
-    write_all(LOGGER, logging.INFO, "request", AS_GIVEN, [{"a": 1}, {"a": 2}])
-    assert [r.fields for r in handled] == [{"a": 1}, {"a": 2}]  # type: ignore[attr-defined]
