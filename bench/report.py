@@ -599,7 +599,9 @@ def _run(data: dict) -> list[str]:
         f"load generators on CPU {data['pinning']['upstream_and_load']} (`taskset -c`), each "
         "its own process.",
         f"- Each point: {plan['warmup']} s warm-up, then {plan['duration']} s measured, in "
-        f"{plan.get('rounds', 1)} round(s); all rows of a section run side by side (each its "
+        f"{plan.get('rounds', 1)} round(s) ({plan.get('target_rounds', plan.get('rounds', 1))} "
+        "for the non-streamed point at 50 clients, which the throughput target reads); all rows "
+        "of a section run side by side (each its "
         "own process, idle until its turn), interleaved round by round in rotating order. Each "
         f"figure is the median of the point's quiet rounds (other processes under {QUIET_PCT:.0f}% "
         "of a core), or of all its rounds when none was quiet; the *other CPU %* columns give "
