@@ -5,11 +5,12 @@ route (`limits.py`) is a `Refusal`: a line and a count.
 
 On the event loop (from `start`), an outcome is sealed (its times taken) and its spans ended when
 its request ends, and the rest of its recording waits for the loop's next turn, where every
-outcome sealed in the meantime is recorded together: their lines in one write, then the metrics
-and incident rows of each. Recorded one by one, each interleaved with a request's other work,
-the same steps cost about half as much again (bench/RESULTS.md). The turn comes before any
-client can read the response (it is written after the outcome is sealed, and read on a later
-turn), and `flush` and `close` record whatever still waits.
+outcome sealed in the meantime is recorded together: their lines in as few writes as keep each
+whole, then the metrics and incident rows of each. Recorded one by one, each between a
+request's other work, the same steps cost about three times as much CPU in process (25 µs a
+request against 7; bench/RESULTS.md, "6 December"). The turn comes before any client can read
+the response (it is written after the outcome is sealed, and read on a later turn), and `flush`
+and `close` record whatever still waits.
 
 Nothing here may carry a key: outcomes hold none, and every log line, metric label and incident
 row goes through `Redactor` as a safety net for the configured keys and anything shaped like a
