@@ -386,12 +386,14 @@ def test_what_the_request_says_beside_its_array_still_counts() -> None:
     assert _known(_request("get_weather", response_format=fmt), known) is NO_TOOLS
 
 
-def test_known_arrays_are_held_to_their_count_and_size_oldest_given_up_first() -> None:
+def test_known_arrays_are_held_to_their_count_and_size_least_lately_used_given_up_first() -> None:
     known = KnownTools(count=2, size=10_000)
     a, b, c = (_known(_request(name), known) for name in ("a", "b", "c"))
-    assert list(known.sets.values()) == [b, c]  # a, the oldest, given up for c
+    assert list(known.sets.values()) == [b, c]  # a, the least lately used, given up for c
     assert known.held == sum(len(k) for k in known.sets)
-    assert _known(_request("a"), known) is not a  # read again, as new
+    assert _known(_request("b"), known) is b  # now the latest used
+    again = _known(_request("a"), known)  # read again, as new: c given up, not b
+    assert again is not a and list(known.sets.values()) == [b, again]
     small = KnownTools(size=len(bytes(a.unread or b"")) + 1)
     first = _known(_request("a"), small)
     second = _known(_request("b"), small)  # fits only alone: a is given up

@@ -401,3 +401,18 @@ def test_lines_written_together_go_in_whole_pieces_of_pipe_buf_at_most(
     for text in together.writes:
         assert text.endswith("\n")
         assert len(text.encode()) <= PIPE_BUF or text.count("\n") == 1
+
+
+def test_a_lone_surrogate_is_written_escaped_and_costs_no_other_line(restored: None) -> None:
+    """A client's text read by `json` may hold a lone surrogate: stderr writes it escaped, and
+    the lines written with it are written too."""
+    raw = io.BytesIO()
+    stderr_like = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace")
+    _setup("json")
+    LOGGER.handlers[0].setStream(stderr_like)  # type: ignore[attr-defined]
+    write_all(LOGGER, logging.INFO, "request", AS_GIVEN, [{"n": 1}, {"m": "a\ud800b"}, {"n": 3}])
+    stderr_like.flush()
+    lines = raw.getvalue().decode().splitlines()
+    assert [json.loads(line).get("n") for line in lines] == [1, None, 3]
+    assert '"a\\ud800b"' in lines[1]  # escaped: it reads back as the text logged
+    assert json.loads(lines[1])["m"] == "a\ud800b"

@@ -681,13 +681,38 @@ async def test_flush_and_close_record_what_waits() -> None:
         observer.flush()
         assert [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()] == ["a"]
         observer.record(_ended("b", action=Action.PASSED))
-        observer.close()  # at shutdown, before the loop's next turn
-        observer.record(_ended("c", action=Action.PASSED))  # closed: at once
+        observer.drain()  # at shutdown, before the loop's next turn
+        observer.record(_ended("c", action=Action.PASSED))  # drained: at once
         got = [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()]
-        await asyncio.sleep(0)  # the turn asked for before `close` finds nothing left
+        await asyncio.sleep(0)  # the turn asked for before `drain` finds nothing left
         again = [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()]
+        observer.close()
     assert got == again == ["a", "b", "c"]
     assert _requests_counted(observer) == 3
+
+
+@pytest.mark.parametrize("then", ["close", "record"])
+def test_outcomes_left_on_a_loop_closed_before_their_turn_are_recorded(then: str) -> None:
+    """By `close` at shutdown, or with the next outcome recorded."""
+    sets = Settings(log_format="json", log_level="INFO", incidents_db="")
+    loop = asyncio.new_event_loop()
+    with logged_to(sets) as stream:
+        observer = Observer(sets)
+        loop.run_until_complete(_started(observer))
+        observer.record(_ended("a", action=Action.PASSED))  # waits for a turn
+        assert stream.getvalue() == ""
+        loop.close()  # that never comes
+        if then == "close":
+            observer.close()
+        else:
+            observer.record(_ended("b", action=Action.PASSED))
+        ids = [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()]
+    assert ids == (["a"] if then == "close" else ["a", "b"])
+    assert _requests_counted(observer) == len(ids)
+
+
+async def _started(observer: Observer) -> None:
+    observer.start()
 
 
 def test_outcomes_are_recorded_at_once_off_the_loop_and_after_it_has_closed() -> None:
@@ -695,7 +720,7 @@ def test_outcomes_are_recorded_at_once_off_the_loop_and_after_it_has_closed() ->
 
     async def started() -> Observer:
         observer = Observer(sets)
-        observer.start()
+        await _started(observer)
         return observer
 
     with logged_to(sets) as stream:

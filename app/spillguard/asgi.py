@@ -81,7 +81,7 @@ def create_app(settings: Settings) -> App:
         finally:
             for each in ctx.upstreams:
                 await each.close()
-            ctx.observer.flush()  # the last outcomes, here on the loop rather than in `close`
+            ctx.observer.drain()  # on the loop: nothing is queued for a turn after `close`
             await asyncio.to_thread(ctx.observer.close)
             gc.unfreeze()  # the application is going: what it held may be collected again
 

@@ -241,13 +241,15 @@ def _emit(
                     text = formatter.line_of(levelname, msg, fields, about, created, logger.name)
                 else:
                     text = formatter.line_of(levelname, msg, fields, about)
+                text += end
+                # A lone surrogate (a client's text read by `json`) is written escaped, as
+                # stderr writes it.
+                n = len(text) if text.isascii() else len(text.encode(errors="backslashreplace"))
             except RecursionError:
                 raise
             except Exception:
                 _failed(handler, logger, level, msg, fields.fields(about))
                 continue
-            text += end
-            n = len(text) if text.isascii() else len(text.encode())
             if piece and size + n > PIPE_BUF:
                 _put(handler, logger, level, msg, fields, "".join(texts), piece)
                 texts, piece, size = [], [], 0

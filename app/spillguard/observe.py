@@ -8,9 +8,10 @@ its request ends, and the rest of its recording waits for the loop's next turn, 
 outcome sealed in the meantime is recorded together: their lines in as few writes as keep each
 whole, then the metrics and incident rows of each. Recorded one by one, each between a
 request's other work, the same steps cost about three times as much CPU in process (25 µs a
-request against 7; bench/RESULTS.md, "6 December"). The turn comes before any client can read
-the response (it is written after the outcome is sealed, and read on a later turn), and `flush`
-and `close` record whatever still waits.
+request against 7; bench/RESULTS.md, "6 December"). The turn comes right after the one that
+sends the response: a client on the same loop reads it on a later turn; one in another process may
+read it some µs before its line is written. Lines carry the time they are written, one for all
+of a turn's. `flush`, `drain` and `close` record whatever still waits.
 
 Nothing here may carry a key: outcomes hold none, and every log line, metric label and incident
 row goes through `Redactor` as a safety net for the configured keys and anything shaped like a
@@ -115,9 +116,14 @@ class Observer:
         if batch:
             self._record(batch)
 
-    def close(self) -> None:
-        """At shutdown (blocking: run it off the event loop): write what is queued."""
+    def drain(self) -> None:
+        """On the loop, at shutdown: record what waits, and every outcome from now on at once."""
         self._loop = None
+        self.flush()
+
+    def close(self) -> None:
+        """At shutdown, after `drain` (blocking: run it off the event loop): write what is
+        queued."""
         self.flush()
         if self.incidents is not None:
             self.incidents.close()
@@ -147,11 +153,13 @@ class Observer:
         if self.tracing is not None:
             self._each((self.tracing.finish,), outcome)
         loop = self._loop
-        if loop is not None and not self._waiting:
+        # A flush is due whenever outcomes wait, unless their loop closed before its turn.
+        if loop is not None and (not self._waiting or loop.is_closed()):
             try:
                 loop.call_soon(self.flush)
-            except RuntimeError:  # that loop has closed: recorded at once from now on
+            except RuntimeError:  # that loop has closed: what waits, and from now on all, at once
                 self._loop = loop = None
+                self.flush()
         if loop is None:
             self._record((outcome,))
             return
