@@ -4,6 +4,7 @@ and when a request must not be inspected at all (no tools, or a json_schema resp
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -371,7 +372,11 @@ def test_a_repeated_tool_array_is_one_tool_set_read_once() -> None:
 
 def test_a_known_array_is_kept_as_its_own_bytes() -> None:
     raw = _request("get_weather")
+    before = sys.getrefcount(raw)
     tools = _known(raw, known := KnownTools())
+    assert sys.getrefcount(raw) == before  # nothing kept refers to the request's bytes
+    viewing = declared_tools(loads_leaving(raw, chat.WIRE.unread))  # an unread view, unkept
+    assert sys.getrefcount(raw) == before + 1 and viewing.unread is not None
     assert tools.unread is not None
     array = json.dumps(json.loads(raw)["tools"]).encode()
     assert json.loads(bytes(tools.unread)) == json.loads(array)

@@ -1,5 +1,5 @@
 """`logs.write`: the line it writes straight to the stream is the line `Logger.log` writes - and
-`logs.write_of`'s, made from fields written straight, the line of their dict."""
+`logs.write_all`'s, made from fields written straight, the line of their dict."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from spillguard.logs import (
     setup_logging,
     write,
     write_all,
-    write_of,
 )
 from spillguard.outcome import Action
 from spillguard.redact import Redactor
@@ -340,7 +339,7 @@ def test_fields_written_straight_make_the_line_of_their_dict(
             logged = stream.getvalue()
             stream.seek(0)
             stream.truncate()
-            write_of(LOGGER, level, msg, written, fields)
+            write_all(LOGGER, level, msg, written, (fields,))
     finally:
         LOGGER.handlers[:], LOGGER.propagate = handlers, propagate
         LOGGER.setLevel(old_level)
@@ -356,7 +355,7 @@ def test_any_other_arrangement_gets_the_dict_of_fields_written_straight(restored
     stream = _setup("json")
     seen = Seen()
     LOGGER.addHandler(seen)
-    write_of(LOGGER, logging.INFO, "request", Written(), {"a": 1})
+    write_all(LOGGER, logging.INFO, "request", Written(), ({"a": 1},))
     assert [r.fields for r in seen.records] == [{"a": 1}]  # type: ignore[attr-defined]
     assert json.loads(stream.getvalue())["a"] == 1
 

@@ -184,17 +184,12 @@ def write(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) 
     write_all(logger, level, msg, AS_GIVEN, (fields,))
 
 
-def write_of(logger: logging.Logger, level: int, msg: str, fields: Fields[T], about: T) -> None:
-    """`write` of `fields.fields(about)`, the line made as `fields` makes it: only
-    `logger.log` needs the dict."""
-    write_all(logger, level, msg, fields, (about,))
-
-
 def write_all(
     logger: logging.Logger, level: int, msg: str, fields: Fields[T], abouts: Sequence[T]
 ) -> None:
-    """`write_of` of each of `abouts`, in order; on the plain stream handler, their lines go
-    in as few writes as keep each whole: a write of `PIPE_BUF` bytes or fewer reaches a pipe
+    """`write` of `fields.fields(about)` for each of `abouts`, in order, each line made as
+    `fields` makes it (only `logger.log` needs the dict). On the plain stream handler the lines
+    go in as few writes as keep each whole: a write of `PIPE_BUF` bytes or fewer reaches a pipe
     in one piece, so lines from several workers sharing one never interleave mid-line."""
     if not logger.isEnabledFor(level):
         return
