@@ -792,6 +792,10 @@ def test_dashboard_metrics_are_the_apps_metrics() -> None:
         for m in vars(app).values()
         if isinstance(m, MetricWrapperBase)
     }
+    tally = pytest.importorskip("spillguard.tally")
+    for m in vars(app).values():  # the per-request counts of one process
+        if isinstance(m, tally.Tally):
+            labels[m.name + ("_total" if m.bounds is None else "")] = frozenset(m.labelnames)
     assert labels == {name: names for name, (_, names) in METRICS.items()}
 
 

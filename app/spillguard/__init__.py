@@ -59,7 +59,8 @@ header hygiene, and every wait reported to an `on_wait` hook (the outcome's upst
 `reply.py` reads a response (`Reply`) under its exchange's one total deadline (`Deadline`: one
 timer for the headers and the body, which is also a stream's keep-alive bound). `observe.py`
 receives each outcome once and logs it (`logs.py`, which writes the line straight to its own
-stream handler when nothing else could see the record), counts it (`metrics.py`), traces it
+stream handler when nothing else could see the record), counts it (`metrics.py`; in one
+process the per-request counts are `tally.py`'s plain floats, exposed at scrape), traces it
 when asked (`tracing.py`, OpenTelemetry, optional) and writes its findings (`incidents.py`: a
 queue and a writer thread over an `incident_store.Store`, SQLite in `incident_sqlite.py` or
 PostgreSQL in `incident_postgres.py`, kept within `retention.py`'s limits; `incident_query.py`

@@ -45,6 +45,7 @@ from prometheus_client import (
 
 from .outcome import Outcome
 from .settings import Settings
+from .tally import Tally
 
 log = logging.getLogger("spillguard")
 
@@ -60,6 +61,29 @@ ERROR_KINDS = {
     "UPSTREAM_TIMEOUT": "timeout",
     "REPLY_TOO_LARGE": "too_large",
 }
+
+# (name, documentation, label names) of the metrics every request counts on.
+REQUESTS = (
+    "spillguard_requests_total",
+    "Requests by route, mode, outcome (passed, retried, failed, observed, repaired, "
+    "forwarded, error, client_gone) and upstream (its name, default for /v1).",
+    ["route", "mode", "outcome", "upstream"],
+)
+UPSTREAM_LATENCY = (
+    "spillguard_upstream_latency_seconds",
+    "Per request that reached the upstream: seconds spent waiting on it - connecting, "
+    "its response headers and every body read, over all attempts (a retried request "
+    "includes both exchanges; a stream includes the model's generation time), by route "
+    "and upstream.",
+    ["route", "upstream"],
+)
+ADDED_LATENCY = (
+    "spillguard_added_latency_seconds",
+    "Per request that reached the upstream: spillguard's own share of its time, the "
+    "total time in spillguard minus spillguard_upstream_latency_seconds (reading the "
+    "request, inspecting, holding back, writing to the client).",
+    ["route"],
+)
 
 
 def multiprocess_enabled() -> bool:
@@ -115,7 +139,12 @@ class Hot:
 
     __slots__ = ("added_latency", "known", "requests", "upstream_latency")
 
-    def __init__(self, requests: Counter, upstream_latency: Histogram, added: Histogram) -> None:
+    def __init__(
+        self,
+        requests: Counter | Tally,
+        upstream_latency: Histogram | Tally,
+        added: Histogram | Tally,
+    ) -> None:
         self.requests = requests
         self.upstream_latency = upstream_latency
         self.added_latency = added
@@ -168,13 +197,21 @@ class Metrics:
         # too would count this worker twice.
         own = None if self.multiprocess else self.registry
         self.model = ModelLabels(settings.metrics_model_limit, clean)
-        self.requests = Counter(
-            "spillguard_requests_total",
-            "Requests by route, mode, outcome (passed, retried, failed, observed, repaired, "
-            "forwarded, error, client_gone) and upstream (its name, default for /v1).",
-            ["route", "mode", "outcome", "upstream"],
-            registry=own,
-        )
+        # The three every request counts on: in one process, kept by `tally.Tally`.
+        if self.multiprocess:
+            self.requests: Counter | Tally = Counter(*REQUESTS, registry=None)
+            self.upstream_latency: Histogram | Tally = Histogram(
+                *UPSTREAM_LATENCY, buckets=UPSTREAM_BUCKETS, registry=None
+            )
+            self.added_latency: Histogram | Tally = Histogram(
+                *ADDED_LATENCY, buckets=ADDED_BUCKETS, registry=None
+            )
+        else:
+            self.requests = Tally(*REQUESTS)
+            self.upstream_latency = Tally(*UPSTREAM_LATENCY, buckets=UPSTREAM_BUCKETS)
+            self.added_latency = Tally(*ADDED_LATENCY, buckets=ADDED_BUCKETS)
+            for tally in (self.requests, self.upstream_latency, self.added_latency):
+                self.registry.register(tally)
         self.findings = Counter(
             "spillguard_findings_total",
             "Tool calls found written out as text, by markup family, requested model and "
@@ -210,25 +247,6 @@ class Metrics:
             "(reply over max_reply or the hold-back limit), status_4xx and status_5xx (per "
             "upstream answer with that status), by upstream.",
             ["kind", "upstream"],
-            registry=own,
-        )
-        self.upstream_latency = Histogram(
-            "spillguard_upstream_latency_seconds",
-            "Per request that reached the upstream: seconds spent waiting on it - connecting, "
-            "its response headers and every body read, over all attempts (a retried request "
-            "includes both exchanges; a stream includes the model's generation time), by route "
-            "and upstream.",
-            ["route", "upstream"],
-            buckets=UPSTREAM_BUCKETS,
-            registry=own,
-        )
-        self.added_latency = Histogram(
-            "spillguard_added_latency_seconds",
-            "Per request that reached the upstream: spillguard's own share of its time, the "
-            "total time in spillguard minus spillguard_upstream_latency_seconds (reading the "
-            "request, inspecting, holding back, writing to the client).",
-            ["route"],
-            buckets=ADDED_BUCKETS,
             registry=own,
         )
         self.refusals = Counter(
