@@ -13,6 +13,10 @@ stream (µs, best of 7 batches); `ab OLD NEW` runs `hot` against two source tree
 folders) in alternating subprocesses and prints the medians side by side:
 
   taskset -c 0 python -m bench.detect_bench ab /tmp/old/app app --rounds 5
+
+`ab-cases OLD NEW` does the same for `case`, each kind whole and streamed at one size:
+
+  taskset -c 0 python -m bench.detect_bench ab-cases /tmp/old/app app --kinds inline,lt
 """
 
 from __future__ import annotations
@@ -57,9 +61,19 @@ CODE = (
     "[1]: https://docs.python.org/3/library/stdtypes.html#str.partition\n\n"
 )
 
+INLINE = (
+    "To read the file, call `open(path)` and hand the handle to `json.load`; you get a "
+    "`dict[str, Any]` back. In Rust the same function returns `Result<Vec<String>, io::Error>`, "
+    "and in TypeScript a `Promise<Config>`. Keep `retries` small (`retries < 3`) and put long "
+    "output in a `<details>` block.\n\n"
+    "- `--verbose` prints every step\n"
+    "- `--dry-run` changes nothing\n\n"
+)
+
 KINDS: dict[str, str] = {
     "prose": "the bench upstream's Markdown answer, repeated",
     "code": "code-heavy answers: fenced Python and JSON, indented blocks, HTML, links",
+    "inline": "Markdown dense with inline code spans holding `<` (generics, comparisons, tags)",
     "lt": "`<` repeated",
     "brace": "`{` repeated",
     "bracket": "`[` repeated",
@@ -83,6 +97,7 @@ def make(kind: str, size: int) -> str:
     unit = {
         "prose": PROSE + "\n\n",
         "code": CODE,
+        "inline": INLINE,
         "lt": "<",
         "brace": "{",
         "bracket": "[",
@@ -236,6 +251,31 @@ def run_ab(old: str, new: str, rounds: int) -> dict[str, tuple[float, float]]:
     }
 
 
+def run_ab_cases(
+    old: str, new: str, kinds: list[str], mb: int, rounds: int
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """`case` for each kind and mode against two source trees, alternating, `rounds` times
+    each: the median seconds."""
+    samples: dict[tuple[str, str, str], list[float]] = {}
+    for _ in range(rounds):
+        for kind in kinds:
+            for mode in ("whole", "stream"):
+                for side, path in (("old", old), ("new", new)):
+                    env = {**os.environ, "PYTHONPATH": path}
+                    cmd = [sys.executable, "-m", "bench.detect_bench", "case", kind, str(mb), mode]
+                    done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+                    row = json.loads(done.stdout.strip().splitlines()[-1])
+                    samples.setdefault((kind, mode, side), []).append(row["seconds"])
+    return {
+        (kind, mode): (
+            statistics.median(samples[(kind, mode, "old")]),
+            statistics.median(samples[(kind, mode, "new")]),
+        )
+        for kind in kinds
+        for mode in ("whole", "stream")
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="benchmark the detection core")
     sub = parser.add_subparsers(dest="cmd")
@@ -249,6 +289,12 @@ def main(argv: list[str] | None = None) -> None:
     ab.add_argument("old", help="the old tree's app/ folder")
     ab.add_argument("new", help="the new tree's app/ folder")
     ab.add_argument("--rounds", type=int, default=5)
+    cases = sub.add_parser("ab-cases")
+    cases.add_argument("old", help="the old tree's app/ folder")
+    cases.add_argument("new", help="the new tree's app/ folder")
+    cases.add_argument("--kinds", default="prose,code,inline,backticks,lt")
+    cases.add_argument("--mb", type=int, default=1)
+    cases.add_argument("--rounds", type=int, default=3)
     every = sub.add_parser("all")
     every.add_argument("--timeout", type=float, default=120)
     every.add_argument("--cpu", default=None, help="pin each case with taskset -c CPU")
@@ -261,6 +307,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{'step (µs, medians of ' + str(args.rounds) + ')':44} {'old':>8} {'new':>8}")
         for step, (was, now) in run_ab(args.old, args.new, args.rounds).items():
             print(f"{step:44} {was:8.2f} {now:8.2f}  x{was / now:.1f}")
+    elif args.cmd == "ab-cases":
+        kinds = args.kinds.split(",")
+        head = f"case (seconds at {args.mb} MB, medians of {args.rounds})"
+        print(f"{head:44} {'old':>8} {'new':>8}")
+        for (kind, mode), (was, now) in run_ab_cases(
+            args.old, args.new, kinds, args.mb, args.rounds
+        ).items():
+            print(f"{kind + ' ' + mode:44} {was:8.4f} {now:8.4f}  x{was / now:.1f}")
     else:
         rows = run_all(timeout=getattr(args, "timeout", 120), cpu=getattr(args, "cpu", None))
         print(json.dumps(rows, indent=1))

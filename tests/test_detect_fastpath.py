@@ -8,11 +8,13 @@ full scanner reaches.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import re._constants as sre_c
 import re._parser as sre_parse
 from typing import Any
+from unittest import mock
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -27,9 +29,10 @@ from spillguard.detect import (
     markers,
     may_find,
 )
+from spillguard.detect import judge as judge_module
 from spillguard.detect.events import QUIET_TAIL, QUIET_TAIL_ENDS
 from spillguard.detect.judge import Judge
-from spillguard.detect.markers import NEEDLES, SPELLINGS, Kind
+from spillguard.detect.markers import NEEDLES, SPELLINGS, Kind, Scope
 
 from .test_detect_properties import MARKER_PIECES, TOOLS, cut_texts, texts
 
@@ -323,3 +326,113 @@ def test_an_empty_text_is_quiet_and_changes_nothing(chunks: list[str]) -> None:
     before = dict(vars(judge))
     assert judge.feed_quiet("")
     assert vars(judge) == before
+
+
+# Texts where inline code spans open and close around everything a judge reads: markers, quotes,
+# closers, line starts, fences, and spans cut short by a line's end or the text's.
+SPAN_PIECES = ["`", "``", "```", "`x`", "``a`b``", " ", "  ", "x", "\n", "\n\n", "A", "f", "- "]
+SPAN_PIECES += ["<tool_call>", "<", "<|", '"""', "'''", '`"""`', "`'''`", '"', "::\n", "::"]
+SPAN_PIECES += ["> ", "    ", "\t"]
+SPAN_PIECES += ["to=functions.get_weather", ". to=functions.x", "functools[", "[TOOL_CALLS]"]
+SPAN_PIECES += ["</think>", "<pre>", "</pre>", "Action:", "|DSML|", ".. ", "<｜tool▁calls▁begin｜>"]
+span_texts = st.lists(st.sampled_from(SPAN_PIECES), max_size=30).map("".join)
+
+
+@st.composite
+def span_cuts(draw: st.DrawFn) -> tuple[str, list[str]]:
+    text = draw(st.one_of(span_texts, span_texts, texts))
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=10)))
+    bounds = [0, *cuts, len(text)]
+    return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def _read(chunks: list[str], tools: Any, last: bool) -> tuple[str, Finding | None]:
+    """A scanner fed `chunks` (the last one as such with `last`) and finished."""
+    scanner = Scanner(tools)
+    out = [scanner.feed(c, last=last and k == len(chunks) - 1) for k, c in enumerate(chunks)]
+    out.append(scanner.finish())
+    return "".join(out), scanner.finding
+
+
+@settings(max_examples=600, deadline=None)
+@given(span_cuts(), st.sampled_from([TOOLS, NO_TOOLS]))
+@example(("`<tool_call>` x", ["`<tool_call>` x"]), TOOLS)
+@example(('x `"""` y\n<tool_call>', ['x `"""` y\n<tool_call>']), TOOLS)
+@example(("x `'''` y\n'''\n<tool_call>", ["x `'''` y\n'''\n<tool_call>"]), TOOLS)
+@example(("``a`<tool_call>``\n<tool_call>", ["``a`<tool_call>``\n<tool_call>"]), TOOLS)
+@example(("x `a\n<tool_call>` y", ["x `a\n<tool_call>` y"]), TOOLS)
+@example(("x `a`", ["x `a", "`"]), TOOLS)
+@example(("A `b` <tool_call>", ["A `b` <tool_call>"]), TOOLS)
+def test_skimmed_code_spans_read_as_event_by_event(case: Any, tools: Any) -> None:
+    """`judge.SKIM` reads a whole inline code span at once, and a backtick run mid-line without
+    looking around it: the published text and the finding are those of reading event by
+    event, however the text is cut."""
+    _, chunks = case
+    skimmed = _read(chunks, tools, last=False)
+    with mock.patch.object(judge_module, "SKIM", False):
+        assert _read(chunks, tools, last=False) == skimmed
+
+
+@settings(max_examples=600, deadline=None)
+@given(span_cuts(), st.sampled_from([TOOLS, NO_TOOLS]))
+@example(("x <tool", ["x <tool"]), TOOLS)
+@example(("Let me check.\n<tool_call>", ["Let me check.\n", "<tool_call>"]), TOOLS)
+def test_a_last_delta_decided_at_once_reads_as_one_finished_after(case: Any, tools: Any) -> None:
+    """`feed(text, last=True)` (a whole reply's one pass) publishes and finds what `feed`
+    followed by `finish` does."""
+    _, chunks = case
+    assert _read(chunks, tools, last=True) == _read(chunks, tools, last=False)
+
+
+def _match_key(match: Any) -> Any:
+    """What `events.opens` reads of a match: where it ends, which spelling, the name, partial."""
+    if match is None:
+        return None
+    name = markers.spelling_of(match)[1]
+    return match.span(), markers.spelling_index(match), name, getattr(match, "partial", False)
+
+
+JSON_PIECES_FOR_LT = ['"get_weather"', ' name="get_weather">', '{"name": "get_weather"}', "\n", " "]
+
+
+def _cut_after(piece: str) -> Any:
+    """`piece` cut anywhere after its `<`, maybe followed by more: a spelling begun or done."""
+    return st.tuples(st.integers(1, len(piece)), st.text(max_size=4)).map(
+        lambda cut: piece[: cut[0]] + cut[1]
+    )
+
+
+_OPENER_TEXTS = [p for p in MARKER_PIECES + SPAN_PIECES if p.startswith(("<", "\\<"))]
+lt_texts = st.tuples(
+    st.sampled_from(["<", "\\<"]),
+    st.one_of(st.sampled_from(markers._ALPHABET), st.characters(), st.just("")),
+    st.lists(st.one_of(st.sampled_from(_OPENER_TEXTS + JSON_PIECES_FOR_LT), st.text(max_size=3))),
+).map(lambda parts: parts[0] + parts[1] + "".join(parts[2]))
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    st.one_of(lt_texts, st.sampled_from(_OPENER_TEXTS).flatmap(_cut_after)),
+    st.sampled_from([Scope.START, Scope.MID]),
+)
+@example('<invoke name="get_weather">', Scope.MID)
+@example("<tool_call>", Scope.START)
+@example("<|", Scope.MID)
+@example("<", Scope.MID)
+def test_the_alternations_after_lt_match_as_the_whole_scopes(text: str, scope: Scope) -> None:
+    """`markers.alternations_at` leaves out the spellings that cannot begin with a `<` and the
+    character after it: complete and partial, every match is the whole alternation's."""
+    full = markers.ALTERNATIONS[scope]
+    for end in {len(text), min(len(text), 2), min(len(text), 5)}:
+        some = markers.alternations_at(scope, text, 0, end)
+        assert _match_key(some.whole.match(text, 0, end)) == _match_key(
+            full.whole.match(text, 0, end)
+        )
+        for mine, theirs in ((some.partial, full.partial), (some.calls, full.calls)):
+            assert _match_key(mine.match(text, 0, end, partial=True)) == _match_key(
+                theirs.match(text, 0, end, partial=True)
+            )
+        earlier = [i for i in full.order if i not in some.order]
+        assert all(
+            markers.PARTIAL_EACH[i].match(text, 0, end, partial=True) is None for i in earlier
+        )

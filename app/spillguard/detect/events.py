@@ -208,18 +208,18 @@ WAITING = "waiting"  # only a closer may still open here: read on later, publish
 def opens(t: str, j: int, scope: Scope, final: bool) -> Opened | str | None:
     """The spelling that opens at `j`, None when none can, or UNDECIDED while one could."""
     end = min(len(t), j + MAX_HEAD)
+    alternations = markers.alternations_at(scope, t, j, end)
     match: re.Match[str] | regex.Match[str] | None
     if final or end < len(t):  # the text that decides is all there
-        match = (markers.AT_START if scope is Scope.START else markers.AT_MID).match(t, j, end)
+        match = alternations.whole.match(t, j, end)
     else:
-        partial = markers.PARTIAL_AT_START if scope is Scope.START else markers.PARTIAL_AT_MID
-        match = partial.match(t, j, end, partial=True)
+        match = alternations.partial.match(t, j, end, partial=True)
         if match is not None and match.partial:
-            calls = markers.PARTIAL_CALLS[scope].match(t, j, end, partial=True)
+            calls = alternations.calls.match(t, j, end, partial=True)
             return UNDECIDED if calls is not None else WAITING
         if match is not None:
             chosen = markers.spelling_index(match)
-            for index in markers.IN_SCOPE[scope]:
+            for index in alternations.order:
                 if index >= chosen:
                     break
                 if markers.PARTIAL_EACH[index].match(t, j, end, partial=True) is not None:

@@ -243,15 +243,15 @@ SPELLINGS: tuple[Spelling, ...] = (
 )
 
 
-def _alternation(scope: Scope, calls_only: bool = False) -> str:
+def _alternation(scope: Scope, calls_only: bool = False, only: frozenset[int] | None = None) -> str:
     parts = []
     for i, spelling in enumerate(SPELLINGS):
-        if calls_only and spelling.kind is not Kind.CALL:
+        if (calls_only and spelling.kind is not Kind.CALL) or (only is not None and i not in only):
             continue
         if spelling.scope in (Scope.ANYWHERE, scope):
             pattern = spelling.pattern.replace("(?P<n", f"(?P<s{i}n")
             parts.append(f"(?P<s{i}>\\\\?(?:{pattern}))")  # Markdown may escape the first "<"
-    return "|".join(parts)
+    return "|".join(parts) or "(?!)"  # none: an alternation that never matches
 
 
 # One alternation per scope, compiled twice from the same text: the standard library's decides
@@ -301,6 +301,7 @@ def has_needle(text: str) -> bool:
 
 
 _ALPHABET = [chr(c) for c in range(32, 127)] + list("\t\n｜‖▁◁▷")
+_ALPHABET_SET = frozenset(_ALPHABET)
 
 
 def _followers(prefix: str) -> str:
@@ -324,6 +325,63 @@ IN_SCOPE = {
     scope: tuple(i for i, s in enumerate(SPELLINGS) if s.scope in (Scope.ANYWHERE, scope))
     for scope in (Scope.START, Scope.MID)
 }
+
+
+@dataclass(frozen=True)
+class Alternations:
+    """A scope's spellings as one alternation: complete (`re`), partial (`regex`), and partial
+    of the calls only; `order` is the spellings' indices in it, in order."""
+
+    whole: re.Pattern[str]
+    partial: regex.Pattern[str]
+    calls: regex.Pattern[str]
+    order: tuple[int, ...]
+
+
+def _alternations(scope: Scope, only: frozenset[int]) -> Alternations:
+    text = _alternation(scope, only=only)
+    calls = _alternation(scope, calls_only=True, only=only)
+    order = tuple(i for i in IN_SCOPE[scope] if i in only)
+    return Alternations(
+        re.compile(text), regex.compile(text, regex.V0), regex.compile(calls, regex.V0), order
+    )
+
+
+ALTERNATIONS = {
+    scope: Alternations(whole, partial, PARTIAL_CALLS[scope], IN_SCOPE[scope])
+    for scope, whole, partial in (
+        (Scope.START, AT_START, PARTIAL_AT_START),
+        (Scope.MID, AT_MID, PARTIAL_AT_MID),
+    )
+}
+# The same for each `<` and the character after it (the opener ordinary text holds most: HTML,
+# generics, comparisons), with only the spellings that may begin with those two. A character
+# of `_ALPHABET` that follows `<` in no spelling leaves none.
+_AFTER_LT = {
+    (scope, second): _alternations(
+        scope,
+        frozenset(i for i in IN_SCOPE[scope] if PARTIAL_EACH[i].match("<" + second, partial=True)),
+    )
+    for scope in (Scope.START, Scope.MID)
+    for second in _ALPHABET
+    if second in FOLLOWERS["<"]
+}
+_NONE = {scope: _alternations(scope, frozenset()) for scope in (Scope.START, Scope.MID)}
+
+
+def alternations_at(scope: Scope, t: str, j: int, end: int) -> Alternations:
+    """The alternations to try at `j` in `t[:end]`. Its match is the scope's, complete or
+    partial: an alternation's is that of its first alternative that matches, and a spelling
+    left out cannot begin with the two characters there, so it fails within them (before the
+    end of a text that holds both) and adds no partial match either."""
+    if end - j >= 2 and t[j] == "<":
+        second = t[j + 1]
+        found = _AFTER_LT.get((scope, second))
+        if found is not None:
+            return found
+        if second in _ALPHABET_SET:
+            return _NONE[scope]
+    return ALTERNATIONS[scope]
 
 
 def spelling_index(match: re.Match[str] | regex.Match[str]) -> int:
