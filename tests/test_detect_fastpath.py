@@ -362,6 +362,8 @@ def _read(chunks: list[str], tools: Any, last: bool) -> tuple[str, Finding | Non
 @example(("``a`<tool_call>``\n<tool_call>", ["``a`<tool_call>``\n<tool_call>"]), TOOLS)
 @example(("x `a\n<tool_call>` y", ["x `a\n<tool_call>` y"]), TOOLS)
 @example(("x `a`", ["x `a", "`"]), TOOLS)
+@example(("`x\n<tool_call> `y` z", ["`x\n<tool_call> `y` z"]), TOOLS)
+@example(("x `Vec<T>` <tool_call> `a", ["x `Vec<", "T>` <tool_call> `a"]), TOOLS)
 @example(("A `b` <tool_call>", ["A `b` <tool_call>"]), TOOLS)
 def test_skimmed_code_spans_read_as_event_by_event(case: Any, tools: Any) -> None:
     """`judge.SKIM` reads a whole inline code span at once, and a backtick run mid-line without
