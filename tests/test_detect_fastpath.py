@@ -346,10 +346,10 @@ def span_cuts(draw: st.DrawFn) -> tuple[str, list[str]]:
     return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def _read(chunks: list[str], tools: Any, last: bool) -> tuple[str, Finding | None]:
-    """A scanner fed `chunks` (the last one as such with `last`) and finished."""
+def _read(chunks: list[str], tools: Any) -> tuple[str, Finding | None]:
+    """A scanner fed `chunks` and finished."""
     scanner = Scanner(tools)
-    out = [scanner.feed(c, last=last and k == len(chunks) - 1) for k, c in enumerate(chunks)]
+    out = [scanner.feed(c) for c in chunks]
     out.append(scanner.finish())
     return "".join(out), scanner.finding
 
@@ -362,6 +362,13 @@ def _read(chunks: list[str], tools: Any, last: bool) -> tuple[str, Finding | Non
 @example(("``a`<tool_call>``\n<tool_call>", ["``a`<tool_call>``\n<tool_call>"]), TOOLS)
 @example(("x `a\n<tool_call>` y", ["x `a\n<tool_call>` y"]), TOOLS)
 @example(("x `a`", ["x `a", "`"]), TOOLS)
+@example(
+    (
+        ".. note:: `~" + "a" * 95 + "` <｜tool▁calls▁begin｜>\n",
+        [".. note:: `~" + "a" * 95 + "` <｜tool▁calls▁begin｜>\n"],
+    ),
+    TOOLS,
+)
 @example(("`x\n<tool_call> `y` z", ["`x\n<tool_call> `y` z"]), TOOLS)
 @example(("x `Vec<T>` <tool_call> `a", ["x `Vec<", "T>` <tool_call> `a"]), TOOLS)
 @example(("A `b` <tool_call>", ["A `b` <tool_call>"]), TOOLS)
@@ -370,20 +377,9 @@ def test_skimmed_code_spans_read_as_event_by_event(case: Any, tools: Any) -> Non
     looking around it: the published text and the finding are those of reading event by
     event, however the text is cut."""
     _, chunks = case
-    skimmed = _read(chunks, tools, last=False)
+    skimmed = _read(chunks, tools)
     with mock.patch.object(judge_module, "SKIM", False):
-        assert _read(chunks, tools, last=False) == skimmed
-
-
-@settings(max_examples=600, deadline=None)
-@given(span_cuts(), st.sampled_from([TOOLS, NO_TOOLS]))
-@example(("x <tool", ["x <tool"]), TOOLS)
-@example(("Let me check.\n<tool_call>", ["Let me check.\n", "<tool_call>"]), TOOLS)
-def test_a_last_delta_decided_at_once_reads_as_one_finished_after(case: Any, tools: Any) -> None:
-    """`feed(text, last=True)` (a whole reply's one pass) publishes and finds what `feed`
-    followed by `finish` does."""
-    _, chunks = case
-    assert _read(chunks, tools, last=True) == _read(chunks, tools, last=False)
+        assert _read(chunks, tools) == skimmed
 
 
 def _match_key(match: Any) -> Any:

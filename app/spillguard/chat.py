@@ -48,9 +48,9 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
         if message.get("tool_calls") or message.get("function_call"):
             guard.structured_call()
         if content is not None:
-            guard.feed_content(content, last=True)
+            guard.feed_content(content)
         if reasoning is not None:
-            guard.feed_reasoning(reasoning, last=True)
+            guard.feed_reasoning(reasoning)
         guard.finish()
         finding = guard.finding
         if finding is not None:

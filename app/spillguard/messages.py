@@ -73,7 +73,7 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
         if thought is None or not may_find(thought, tools, blobs=False):  # scanned without blobs
             continue
         turn = TurnScanner(tools, hold_limit)
-        turn.feed_reasoning(thought, last=True)
+        turn.feed_reasoning(thought)
         turn.finish()
         if turn.finding is not None:
             return turn.finding, "".join(texts)

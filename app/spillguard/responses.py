@@ -67,7 +67,7 @@ def inspect_reply(reply: Any, tools: ToolSet, hold_limit: int) -> tuple[Finding,
             turn = TurnScanner(tools, hold_limit)
             if called:
                 turn.structured_call()
-            turn.feed_reasoning(text, last=True)
+            turn.feed_reasoning(text)
             turn.finish()
             if turn.finding is not None:
                 return turn.finding, "".join(texts)

@@ -31,7 +31,7 @@ def content_finding(
         if not may_find(text, tools):
             continue  # no scanner could find anything in this part
         turn = TurnScanner(tools, hold_limit)
-        turn.feed_content(text, last=True)
+        turn.feed_content(text)
         turn.finish()
         if turn.finding is not None:
             return turn.finding, "".join(texts[:n]) + text[: turn.finding.start]

@@ -110,13 +110,12 @@ class Judge(BlockReader):
     def __init__(self, tool_names: frozenset[str]) -> None:
         self._names = tool_names
 
-    def feed(self, text: str, last: bool = False) -> bool:
-        """Read the next text; True when it was quiet: nothing in it needed a closer look.
-        `last`: no text follows, so nothing is waited for (`run(final=True)` comes next)."""
+    def feed(self, text: str) -> bool:
+        """Read the next text; True when it was quiet: nothing in it needed a closer look."""
         if self.feed_quiet(text):
             return True
         self.tail += text
-        self.run(final=last)
+        self.run(final=False)
         return False
 
     def quiet_reach(self, text: str) -> int:
@@ -335,7 +334,9 @@ class Judge(BlockReader):
             if code[1] == run:
                 self._code = None
             return end
-        close = _span_close(t, end, run) if SKIM else -1
+        # Not on a line that opens a reST literal block: there, a stretch of the line with no
+        # event sends the judge into the block at the line's end, which a skip would pass over.
+        close = _span_close(t, end, run) if SKIM and self._rst_next < 0 else -1
         if close < 0:
             self._code = (start, run)
             return end

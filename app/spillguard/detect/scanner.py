@@ -100,10 +100,8 @@ class Scanner:
             self._markup = ["".join(self._markup)]
         return self._markup[0] if self._markup else ""
 
-    def feed(self, text: str, last: bool = False) -> str:
-        """Take the next delta; return the text that may be published now. `last`: no delta
-        follows (a whole text: `finish` comes next), so the judge decides everything in one
-        pass instead of first waiting on what the text's end could still become."""
+    def feed(self, text: str) -> str:
+        """Take the next delta; return the text that may be published now."""
         if not text:
             return ""
         if self.finished:
@@ -112,7 +110,7 @@ class Scanner:
         if self._marker_family is not None:
             self._keep_markup(text)
             return ""
-        quiet = self._judge.feed(text, last)
+        quiet = self._judge.feed(text)
         if quiet and self._clear():  # the common case
             self._published = self._seen
             return text
@@ -273,6 +271,6 @@ def inspect_text(
     if not may_find(text, tools, blobs=blobs):
         return None
     scanner = Scanner(tools, blobs=blobs, field=field)
-    scanner.feed(text, last=True)
+    scanner.feed(text)
     scanner.finish()
     return scanner.finding

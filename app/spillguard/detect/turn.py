@@ -23,14 +23,13 @@ class TurnScanner:
         self.called = False
         self.finished = False
 
-    def feed_content(self, text: str, last: bool = False) -> str:
-        return self.content.feed(text, last)
+    def feed_content(self, text: str) -> str:
+        return self.content.feed(text)
 
-    def feed_reasoning(self, text: str, last: bool = False) -> str:
-        """`last` (for either): the field's whole text, `finish` coming next."""
+    def feed_reasoning(self, text: str) -> str:
         if self.called:
             return text
-        return self.reasoning.feed(text, last)
+        return self.reasoning.feed(text)
 
     def structured_call(self) -> str:
         """A real tool call arrived: return the held reasoning, which may now be published."""
