@@ -235,15 +235,21 @@ def run_hot(n: int = 2000) -> dict[str, float]:
     }
 
 
+def _in_tree(path: str, *args: str) -> str:
+    """`python -m bench.detect_bench ARGS` with the source tree `path` (an `app/` folder) on
+    the path: its last line of output."""
+    env = {**os.environ, "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "bench.detect_bench", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+    return done.stdout.strip().splitlines()[-1]
+
+
 def run_ab(old: str, new: str, rounds: int) -> dict[str, tuple[float, float]]:
     """`hot` against two source trees, alternating, `rounds` times each: the medians."""
     samples: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
     for _ in range(rounds):
         for side, path in (("old", old), ("new", new)):
-            env = {**os.environ, "PYTHONPATH": path}
-            cmd = [sys.executable, "-m", "bench.detect_bench", "hot"]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-            for step, us in json.loads(done.stdout).items():
+            for step, us in json.loads(_in_tree(path, "hot")).items():
                 samples[side].setdefault(step, []).append(us)
     return {
         step: (statistics.median(samples["old"][step]), statistics.median(samples["new"][step]))
@@ -261,10 +267,7 @@ def run_ab_cases(
         for kind in kinds:
             for mode in ("whole", "stream"):
                 for side, path in (("old", old), ("new", new)):
-                    env = {**os.environ, "PYTHONPATH": path}
-                    cmd = [sys.executable, "-m", "bench.detect_bench", "case", kind, str(mb), mode]
-                    done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-                    row = json.loads(done.stdout.strip().splitlines()[-1])
+                    row = json.loads(_in_tree(path, "case", kind, str(mb), mode))
                     samples.setdefault((kind, mode, side), []).append(row["seconds"])
     return {
         (kind, mode): (

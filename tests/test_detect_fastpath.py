@@ -8,7 +8,6 @@ full scanner reaches.
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import re._constants as sre_c
@@ -34,7 +33,7 @@ from spillguard.detect.events import QUIET_TAIL, QUIET_TAIL_ENDS
 from spillguard.detect.judge import Judge
 from spillguard.detect.markers import NEEDLES, SPELLINGS, Kind, Scope
 
-from .test_detect_properties import MARKER_PIECES, TOOLS, cut_texts, texts
+from .test_detect_properties import MARKER_PIECES, TOOLS, cut_texts, run, texts
 
 _REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, sre_c.POSSESSIVE_REPEAT)
 
@@ -338,24 +337,8 @@ SPAN_PIECES += ["</think>", "<pre>", "</pre>", "Action:", "|DSML|", ".. ", "<｜
 span_texts = st.lists(st.sampled_from(SPAN_PIECES), max_size=30).map("".join)
 
 
-@st.composite
-def span_cuts(draw: st.DrawFn) -> tuple[str, list[str]]:
-    text = draw(st.one_of(span_texts, span_texts, texts))
-    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=10)))
-    bounds = [0, *cuts, len(text)]
-    return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
-
-
-def _read(chunks: list[str], tools: Any) -> tuple[str, Finding | None]:
-    """A scanner fed `chunks` and finished."""
-    scanner = Scanner(tools)
-    out = [scanner.feed(c) for c in chunks]
-    out.append(scanner.finish())
-    return "".join(out), scanner.finding
-
-
 @settings(max_examples=600, deadline=None)
-@given(span_cuts(), st.sampled_from([TOOLS, NO_TOOLS]))
+@given(cut_texts(st.one_of(span_texts, span_texts, texts)), st.sampled_from([TOOLS, NO_TOOLS]))
 @example(("`<tool_call>` x", ["`<tool_call>` x"]), TOOLS)
 @example(('x `"""` y\n<tool_call>', ['x `"""` y\n<tool_call>']), TOOLS)
 @example(("x `'''` y\n'''\n<tool_call>", ["x `'''` y\n'''\n<tool_call>"]), TOOLS)
@@ -377,9 +360,9 @@ def test_skimmed_code_spans_read_as_event_by_event(case: Any, tools: Any) -> Non
     looking around it: the published text and the finding are those of reading event by
     event, however the text is cut."""
     _, chunks = case
-    skimmed = _read(chunks, tools)
+    skimmed = run(chunks, tools)
     with mock.patch.object(judge_module, "SKIM", False):
-        assert _read(chunks, tools) == skimmed
+        assert run(chunks, tools) == skimmed
 
 
 def _match_key(match: Any) -> Any:

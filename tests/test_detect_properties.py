@@ -199,9 +199,9 @@ tool_sets = st.sampled_from([TOOLS, NO_TOOLS])
 
 
 @st.composite
-def cut_texts(draw: st.DrawFn) -> tuple[str, list[str]]:
-    """A text and one way of cutting it into deltas (empty deltas included)."""
-    text = draw(texts)
+def cut_texts(draw: st.DrawFn, source: st.SearchStrategy[str] = texts) -> tuple[str, list[str]]:
+    """A text of `source` and one way of cutting it into deltas (empty deltas included)."""
+    text = draw(source)
     cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=12)))
     bounds = [0, *cuts, len(text)]
     return text, [text[a:b] for a, b in itertools.pairwise(bounds)]

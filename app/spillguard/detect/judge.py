@@ -65,7 +65,8 @@ def _span_close(t: str, at: int, run: int) -> int:
     (triple quotes open a block even in a span); else -1. Every other event inside a span is
     judged in it, which leaves the state as it was: so the span is skipped whole, with the
     same verdicts as read event by event, at the cost of a few searches instead of an event's
-    for each backtick run and each opening character inside it."""
+    for each backtick run and each opening character inside it. (Not on a line that opens a
+    reST literal block: `_backticks` reads those event by event.)"""
     n, lo = len(t), at
     k = t.find("`", at)
     while k >= 0 and t.find("\n", lo, k) < 0:
@@ -274,7 +275,7 @@ class Judge(BlockReader):
             return self._backticks(t, i, i, final)
         n = len(t)
         first = self._next_event(t, i)
-        if SKIM and first <= n - 3 and t[first] == "`" and t.find("\n", i - 1, first) < 0 < i:
+        if SKIM and i > 0 and first <= n - 3 and t[first] == "`" and t.find("\n", i - 1, first) < 0:
             # A backtick run on the line `i` is in, the text going on past it: the event
             # `window_event` and `at_end` would find (every character event but a recipient
             # starts where `TRIGGER` finds it, a recipient just before, no line event can start

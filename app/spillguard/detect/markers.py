@@ -363,8 +363,7 @@ _AFTER_LT = {
         frozenset(i for i in IN_SCOPE[scope] if PARTIAL_EACH[i].match("<" + second, partial=True)),
     )
     for scope in (Scope.START, Scope.MID)
-    for second in _ALPHABET
-    if second in FOLLOWERS["<"]
+    for second in FOLLOWERS["<"]
 }
 _NONE = {scope: _alternations(scope, frozenset()) for scope in (Scope.START, Scope.MID)}
 
