@@ -89,6 +89,19 @@ CORPUS = [
         "```\n<tool_call>\n```\n<tool_call>{}</tool_call>",
         id="fence-then-hermes",
     ),
+    # Once whole and streamed verdicts disagreed on each of these (found by random texts):
+    # a run of five quotes cut after three went back before the opener it had read;
+    pytest.param('""""" <｜tool▁call▁begin｜>', id="five-quotes-open-a-string"),
+    # a backslash at a line start was a place a marker may open only at the end of a stream;
+    pytest.param('\\|DSML|invoke name="get_weather">', id="escaped-bar-at-line-start"),
+    pytest.param("\\\\[TOOL_CALLS]route_to[ARGS]{}", id="escaped-backslash-at-line-start"),
+    pytest.param("See \\]<]minimax[>[ here", id="escaped-minimax-mid-line"),
+    pytest.param("The sum \\[ x < y \\] and \\frac{a}{b}.\n\\[\n a < b\n\\]", id="latex"),
+    # a fence run cut by the end of the window read around a far earlier trigger;
+    pytest.param("~" + "x" * 92 + "\n```\n<|python_start|>", id="fence-at-window-end"),
+    # a list marker waiting for a fence published the space a recipient starts with.
+    pytest.param("1. to=functions.get_weather", id="recipient-after-list-marker"),
+    pytest.param("- <|tool_call>", id="token-after-list-marker"),
 ]
 
 
@@ -142,6 +155,24 @@ def test_corpus_verdicts() -> None:
     assert (finding.family, finding.tool_name, finding.start) == ("mistral", "route_to", 7)
     assert finding.excerpt == text[7:]
     assert finding.field == "content"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('""""" <｜tool▁call▁begin｜>', None),  # inside an unclosed triple-quoted string
+        ('\\|DSML|invoke name="get_weather">', ("dsml", "get_weather", 0)),
+        ("\\\\[TOOL_CALLS]route_to[ARGS]{}", ("mistral", "route_to", 0)),
+        ("See \\]<]minimax[>[ here", ("minimax", None, 4)),  # the escape is markup too
+        ("The sum \\[ x < y \\] and \\frac{a}{b}.\n\\[\n a < b\n\\]", None),
+        ("~" + "x" * 92 + "\n```\n<|python_start|>", None),  # inside an unclosed fence
+        ("1. to=functions.get_weather", ("harmony", "get_weather", 2)),
+    ],
+)
+def test_once_disagreeing_verdicts(text: str, expected: tuple[object, ...] | None) -> None:
+    finding = inspect_text(text, TOOLS)
+    got = None if finding is None else (finding.family, finding.tool_name, finding.start)
+    assert got == expected
 
 
 def test_whole_reply_publishes_prose_before_markup() -> None:

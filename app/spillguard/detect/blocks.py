@@ -97,7 +97,7 @@ class BlockReader:
             return end + 3
         quotes = len(t) - len(t.rstrip(self._triple[0]))
         if quotes and not final:
-            return self._stop(len(t) - min(quotes, 2), held=False)
+            return self._stop(max(i, len(t) - min(quotes, 2)), held=False)
         return len(t)
 
     def _in_html(self, t: str, i: int, final: bool) -> int:

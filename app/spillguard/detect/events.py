@@ -43,11 +43,11 @@ def _openers(end: str) -> str:
 _LINE_EVENT = re.compile(
     r"(?P<fence>^ {0,3}(?:(?:[-*+]|\d{1,9}[.)])[ \t]{1,4})?(?:`{3,}|~{3,}))"
     r"|(?P<directive>^[ \t]{0,16}\.\.[ \t]{1,4}[\w-]{1,40}::)"
-    r"|(?P<start>^ {0,3}(?=[fA|｜‖]))",
+    r"|(?P<start>^ {0,3}(?=[fA|｜‖\\]))",
     re.M,
 )
 _CHAR_EVENT = re.compile(
-    _openers("") + r"|\\(?=[<\[])"
+    _openers("") + r"|\\(?=" + _openers("") + ")"
     r"| (?:(?<=assistant )|(?<=commentary )|(?<=analysis )|(?<=final )"
     r"|(?<=[.!?>\n] )|(?<=[^\"]: ))"  # a colon after a JSON key's quote ends no sentence
     r"(?=to=functions\.)"
@@ -69,7 +69,8 @@ _LINE_AT_END = re.compile(
 )
 _CHAR_AT_END = re.compile(
     r"::?[ \t]{0,16}\r?\Z|\"\"?\Z|''?\Z"  # waiting: `::`, triple quotes
-    r"|<[^\n]?\Z|\[[^\n]?\Z|\][^\n]?\Z|◁[^\n]?\Z|\\[^\n]?\Z"  # a marker's first characters
+    r"|<[^\n]?\Z|\[[^\n]?\Z|\][^\n]?\Z|◁[^\n]?\Z"  # a marker's first characters,
+    r"|\\(?:[<\[\]◁][^\n]?)?\Z"  # escaped (where `_CHAR_EVENT` may find the escape)
     r"| (?:(?<=assistant )|(?<=commentary )|(?<=analysis )|(?<=final )"
     r"|(?<=[.!?>\n] )|(?<=[^\"]: ))"  # a colon after a JSON key's quote ends no sentence
     r"(?:" + _prefixes("to=functions.") + r")\Z"
@@ -89,7 +90,7 @@ PARTIAL_REACH = 16
 # characters that start none at C speed; a recipient is found by its `=` (`t` is too common a
 # first character), and begins two characters before it.
 TRIGGER = re.compile(
-    _openers(r"|\Z") + r"|\\(?=[<\[]|\Z)|`|~"
+    _openers(r"|\Z") + r"|\\(?=" + _openers(r"|\Z") + r"|\Z)|`|~"
     r"|=(?<=to=)functions\.|functools\[|Action:|function|DSM|\"\"\"|'''|::|\.\."
 )
 # A delta with none of these characters can begin no event on a line already past its start
@@ -141,7 +142,12 @@ Event = tuple[str, int, int]  # (kind, start, end) of an event in the text
 
 def window_event(t: str, lo: int, hi: int) -> Event | None:
     """The first event in `t[lo:hi]`: a line event where a line starts, unless a character event
-    begins before that line (at the same place, the line event wins)."""
+    begins before that line (at the same place, the line event wins). A run of backticks or
+    tildes that reaches `hi` is read whole: its length decides whether it is a fence."""
+    if 0 < hi < len(t) and t[hi - 1] in "`~":
+        run = t[hi - 1]
+        while hi < len(t) and t[hi] == run:
+            hi += 1
     c = _CHAR_EVENT.search(t, lo, hi)
     top = c.start() if c is not None else hi - 1  # the last place a line event may begin
     p = lo if lo == 0 or t[lo - 1] == "\n" else t.find("\n", lo, top) + 1 or -1
@@ -160,9 +166,19 @@ def end_event(t: str, start: int) -> Event | None:
     line = t.rfind("\n") + 1
     if line >= start:
         m = _LINE_AT_END.match(t, line)
-        if m is not None:
+        if m is not None and m.lastgroup != "wait":
             return m.lastgroup or "", m.start(), m.end()
-    c = _CHAR_AT_END.search(t, max(start, line))
+        if m is not None:
+            # A fence or directive may still form from the line's start: the line is published
+            # meanwhile, unless a marker may form later in it too (`1. to=functions.`).
+            char = _char_at_end(t, max(start, line))
+            held = char is not None and char[0] != "wait"
+            return ("hold" if held else "wait"), m.start(), m.end()
+    return _char_at_end(t, max(start, line))
+
+
+def _char_at_end(t: str, start: int) -> Event | None:
+    c = _CHAR_AT_END.search(t, start)
     if c is None:
         return None
     if t[c.start()] not in _WAITS_AT_END:
