@@ -26,7 +26,14 @@ from spillguard.detect import Finding, Scanner, TurnScanner, declared_tools, ins
 from spillguard.detect import markers as markers_module
 from spillguard.detect.scanner import DEFAULT_HOLD_LIMIT
 from spillguard.sse import SSEDecoder
-from tests.fuzz.fuzz_sse_scanner import check, check_chat_stream, check_scanner, check_sse
+from tests.fuzz.fuzz_sse_scanner import (
+    check,
+    check_chat_stream,
+    check_messages_stream,
+    check_responses_stream,
+    check_scanner,
+    check_sse,
+)
 
 HANG_SECONDS = 120
 TOOLS = declared_tools(
@@ -252,6 +259,55 @@ def test_chat_stream_agrees_with_whole_reply_on_adversarial_text(text: str, seed
     import random
 
     check_chat_stream(text, random.Random(seed))
+
+
+# Prose held to the end of its text (a mid-line `<tool_call>` whose name never closes), then
+# released with a finding made there: the Responses and Messages editors once sent none of it,
+# yet counted it as the client's (a retry's restatement of it would have been cut).
+HELD_TO_THE_END = '<|channel|>analysis<tool_call>{"name": "get_weatherroute_to<longcat_tool_call> '
+
+
+@pytest.mark.parametrize(
+    "check_wire", [check_chat_stream, check_responses_stream, check_messages_stream]
+)
+@pytest.mark.parametrize("seed", range(8))
+def test_prose_released_with_a_finding_at_the_end_goes_out(check_wire: Any, seed: int) -> None:
+    import random
+
+    check_wire(HELD_TO_THE_END, random.Random(seed))
+    check_wire("\n" + HELD_TO_THE_END, random.Random(seed))
+    check_wire(" \n<|tool_call|>", random.Random(seed))  # blank prose: shown, or dropped whole
+
+
+@pytest.mark.parametrize("wire", ["chat", "responses", "messages"])
+def test_prose_released_when_the_upstream_stops_short_goes_out(wire: str) -> None:
+    """The same, where the upstream's stream ends after the last text delta (no finish, no
+    terminal event): the editor's `finish` makes the finding, and the proxy sends its prose."""
+    from spillguard import chat, messages, responses
+    from tests.fuzz.chat_bytes import chat_events, chat_view
+    from tests.fuzz.messages_bytes import messages_events, messages_view
+    from tests.fuzz.responses_bytes import responses_events, responses_view
+    from tests.fuzz.wire_bytes import TOOLS as WIRE_TOOLS
+    from tests.fuzz.wire_bytes import Turn, drive
+
+    turn = Turn(content=(HELD_TO_THE_END[:30], HELD_TO_THE_END[30:]))
+    module, events, delta = {
+        "chat": (chat, chat_events(turn), b'"content"'),
+        "responses": (responses, responses_events(turn), b"output_text.delta"),
+        "messages": (messages, messages_events(turn), b"text_delta"),
+    }[wire]
+    last = max(i for i, raw in enumerate(events) if delta in raw)
+    stream = module.new_stream(WIRE_TOOLS, 4096, None)
+    out = drive(stream, [b"".join(events[: last + 1])])
+    assert stream.finding is not None and stream.finding.family == "longcat"
+    prose = HELD_TO_THE_END[: stream.finding.start]
+    if wire == "chat":
+        assert chat_view(out).content.get(0, "") == prose
+    elif wire == "responses":
+        assert responses_view(out).all_text == prose
+    else:
+        assert messages_view(out).text == prose
+    assert stream.leaked_text() == prose
 
 
 @FUZZ

@@ -325,9 +325,9 @@ class ChatStream(Choices):
                 continue
             self._finished.add(index)
             content, reasoning = guard.finish()
-            if guard.finding is not None:
+            if guard.finding is not None:  # only the prose before its markup goes out now
                 self._found(index, guard.finding)
-                return []
+                outs = []
             content = self._unrepeated(index, content, ended=True)
             delta: dict[str, Any] = {}
             if reasoning:

@@ -218,8 +218,8 @@ class MessagesStream(NamedEvents):
             return self._delta(block, data, event)
         if kind == "content_block_stop" and block is not None:
             out = self._finish(block)
-            if self.certain:  # a finding made at the block's end
-                return []
+            if self.certain:  # a finding made at the block's end: the prose before it goes out
+                return out
             return out + self._show(block, same, force=True)
         if kind in MESSAGE_END:
             delta = data.get("delta")
@@ -228,7 +228,7 @@ class MessagesStream(NamedEvents):
             self._ended |= kind == "message_stop"
             if self.certain:
                 self._tail.see(kind, data, event)
-            return [] if self.certain else out + same
+            return out if self.certain else out + same
         if kind == "ping" and self._waiting is not None:
             self._waiting.queued.append((data, event))  # kept in its place among the events
             return []

@@ -114,13 +114,13 @@ class Relay:
                     if stream.certain:
                         stream.settle()
                     else:
-                        tail = stream.finish()
-                        if not observe and not stream.certain:
+                        tail = stream.finish()  # with a finding made now: the prose before it
+                        if not observe:
                             data += b"".join(o.data for o in tail)
                             meaningful = meaningful or any(o.meaningful for o in tail)
-                            if stream.trailer:
-                                data += stream.trailer
-                                meaningful = True
+                        if not observe and not stream.certain and stream.trailer:
+                            data += stream.trailer
+                            meaningful = True
                 leaking = stream.certain and not observe  # this attempt publishes no more
                 if remember and self.chains.remember(stream):  # before the client has the id
                     remember = False

@@ -205,9 +205,8 @@ class ResponsesStream(NamedEvents):
         if kind == "response.output_text.done":
             part = self._text(data, oi, True)
             rest = self._released(part, self._finish_text(part), ended=True)
-            if part.finding is not None:
-                return []
-            return ([part.delta_event(rest)] if rest else []) + same
+            prose = [part.delta_event(rest)] if rest else []  # before any markup: it goes out
+            return prose if part.finding is not None else prose + same
         if kind.startswith("response.reasoning_summary_text.") and not self._called:
             summary = self._text(data, oi, False)
             if kind.endswith(".delta"):
@@ -218,9 +217,9 @@ class ResponsesStream(NamedEvents):
         if kind in TERMINAL:
             self._ended = True
             flushed = self._flush_all()
-            if self.certain:  # a finding made at the end
+            if self.certain:  # a finding made at the end: only the prose before it goes out
                 self._drain(kind, data)
-                return []
+                return flushed
             if self.splice is not None:
                 return [*flushed, (self.splice.completed(data), None, False)]
             return [*flushed, (data, event, False)]
@@ -313,7 +312,7 @@ class ResponsesStream(NamedEvents):
                 if text.turn.finished:
                     continue
                 rest = self._released(text, self._finish_text(text), ended=True)
-                if text.finding is None and rest:
+                if rest:  # with a finding, the prose before its markup
                     out.append(text.delta_event(rest))
         if self.finding is None and self._parked:
             out = self._parked + out

@@ -24,10 +24,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from spillguard import chat, responses
+from spillguard import chat, messages, responses
 from spillguard.detect import Finding, Scanner, inspect_text
 from spillguard.sse import Event, SSEDecoder
 from tests.fuzz.chat_bytes import chat_events, chat_reply, chat_view
+from tests.fuzz.messages_bytes import messages_events, messages_reply, messages_view
 from tests.fuzz.responses_bytes import (
     responses_events,
     responses_reply,
@@ -96,7 +97,10 @@ def check_stream(
     events: Callable[[Turn], list[bytes]],
     reply: Callable[[Turn], dict[str, Any]],
     seen: Callable[[bytes], str],
+    drops_blank: bool = False,
 ) -> None:
+    """`drops_blank`: the wire never shows a message whose prose before a finding is only white
+    space (`responses_repair.Unshown`)."""
     want = wire.inspect_reply(reply(Turn(content=(text,))), TOOLS, HOLD)
     data = b"".join(events(Turn(content=deltas(text, rng))))
     stream = wire.new_stream(TOOLS, HOLD, None)
@@ -116,7 +120,8 @@ def check_stream(
         finding.tool_name,
         finding.start,
     )
-    assert seen(out) == text[: got.start]
+    prose = text[: got.start]
+    assert seen(out) == ("" if drops_blank and not prose.strip() else prose)
     if len(text) <= HOLD:  # an editor keeps at most that much of the published prose
         assert stream.leaked_text() == leaked  # the retry's assistant turn, either way
 
@@ -136,7 +141,21 @@ def check_chat_stream(text: str, rng: random.Random) -> None:
 
 
 def check_responses_stream(text: str, rng: random.Random) -> None:
-    check_stream(text, rng, responses, responses_events, responses_reply, responses_text)
+    check_stream(
+        text, rng, responses, responses_events, responses_reply, responses_text, drops_blank=True
+    )
+
+
+def messages_text(out: bytes) -> str:
+    return messages_view(out).text
+
+
+def check_messages_stream(text: str, rng: random.Random) -> None:
+    if not text.strip():  # the upstream's own blank block goes as it came, which the view refuses
+        return
+    check_stream(
+        text, rng, messages, messages_events, messages_reply, messages_text, drops_blank=True
+    )
 
 
 def check(data: bytes) -> None:
@@ -147,6 +166,7 @@ def check(data: bytes) -> None:
     check_scanner(text, rng)
     check_chat_stream(text, rng)
     check_responses_stream(text, rng)
+    check_messages_stream(text, rng)
 
 
 def main() -> None:  # pragma: no cover - needs atheris

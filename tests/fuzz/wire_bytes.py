@@ -105,9 +105,10 @@ def drive(
         if not piece and stream.certain:
             stream.settle()
         elif not piece:
-            tail = stream.finish()
+            tail = stream.finish()  # with a finding made now: the prose before it
+            out += b"".join(o.data for o in tail)
             if not stream.certain:
-                out += b"".join(o.data for o in tail) + stream.trailer
+                out += stream.trailer
         if hold_limit is not None and stream.holding > hold_limit:
             raise HeldTooLong(stream.holding)
         if not piece:
