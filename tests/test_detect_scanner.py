@@ -175,6 +175,22 @@ def test_once_disagreeing_verdicts(text: str, expected: tuple[object, ...] | Non
     assert got == expected
 
 
+# A backslash at a line start is now a place a marker may open (escaped): the lines of LaTeX and
+# Markdown escapes that start so stay prose, whole and at every cut.
+BACKSLASH_PROSE = [
+    "\\|x\\| is the norm of x.\n\\*not emphasis\\*\n\\<div\\> stays literal\n\\frac{a}{b}",
+    "\\begin{align}\n\\sum_i x_i &< 1 \\\\\n\\end{align}",
+    "\\Action: none\n\\functools.reduce(f, xs)\n\\to=functions.x",
+]
+
+
+@pytest.mark.parametrize("text", BACKSLASH_PROSE)
+def test_backslash_at_a_line_start_leaves_prose_alone(text: str) -> None:
+    assert inspect_text(text, TOOLS) is None
+    for chunks in chunkings(text):
+        assert run(chunks) == (text, None), chunks
+
+
 def test_whole_reply_publishes_prose_before_markup() -> None:
     text = 'Let me check.\n<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>'
     scanner = Scanner(TOOLS)

@@ -22,10 +22,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import spillguard
+from spillguard import chat, messages, responses
 from spillguard.detect import Finding, Scanner, TurnScanner, declared_tools, inspect_text
 from spillguard.detect import markers as markers_module
 from spillguard.detect.scanner import DEFAULT_HOLD_LIMIT
 from spillguard.sse import SSEDecoder
+from tests.fuzz.chat_bytes import chat_events, chat_view
 from tests.fuzz.fuzz_sse_scanner import (
     check,
     check_chat_stream,
@@ -34,6 +36,10 @@ from tests.fuzz.fuzz_sse_scanner import (
     check_scanner,
     check_sse,
 )
+from tests.fuzz.messages_bytes import messages_events, messages_view
+from tests.fuzz.responses_bytes import responses_events, responses_view
+from tests.fuzz.wire_bytes import TOOLS as WIRE_TOOLS
+from tests.fuzz.wire_bytes import Turn, drive
 
 HANG_SECONDS = 120
 TOOLS = declared_tools(
@@ -283,13 +289,6 @@ def test_prose_released_with_a_finding_at_the_end_goes_out(check_wire: Any, seed
 def test_prose_released_when_the_upstream_stops_short_goes_out(wire: str) -> None:
     """The same, where the upstream's stream ends after the last text delta (no finish, no
     terminal event): the editor's `finish` makes the finding, and the proxy sends its prose."""
-    from spillguard import chat, messages, responses
-    from tests.fuzz.chat_bytes import chat_events, chat_view
-    from tests.fuzz.messages_bytes import messages_events, messages_view
-    from tests.fuzz.responses_bytes import responses_events, responses_view
-    from tests.fuzz.wire_bytes import TOOLS as WIRE_TOOLS
-    from tests.fuzz.wire_bytes import Turn, drive
-
     turn = Turn(content=(HELD_TO_THE_END[:30], HELD_TO_THE_END[30:]))
     module, events, delta = {
         "chat": (chat, chat_events(turn), b'"content"'),

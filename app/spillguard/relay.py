@@ -118,9 +118,9 @@ class Relay:
                         if not observe:
                             data += b"".join(o.data for o in tail)
                             meaningful = meaningful or any(o.meaningful for o in tail)
-                        if not observe and not stream.certain and stream.trailer:
-                            data += stream.trailer
-                            meaningful = True
+                            if stream.trailer and not stream.certain:
+                                data += stream.trailer
+                                meaningful = True
                 leaking = stream.certain and not observe  # this attempt publishes no more
                 if remember and self.chains.remember(stream):  # before the client has the id
                     remember = False

@@ -100,7 +100,7 @@ def check_stream(
     drops_blank: bool = False,
 ) -> None:
     """`drops_blank`: the wire never shows a message whose prose before a finding is only white
-    space (`responses_repair.Unshown`)."""
+    space (Responses: `responses_repair.Unshown`; Messages: no blank text block)."""
     want = wire.inspect_reply(reply(Turn(content=(text,))), TOOLS, HOLD)
     data = b"".join(events(Turn(content=deltas(text, rng))))
     stream = wire.new_stream(TOOLS, HOLD, None)
