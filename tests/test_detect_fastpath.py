@@ -400,11 +400,14 @@ lt_texts = st.tuples(
 @example("<tool_call>", Scope.START)
 @example("<|", Scope.MID)
 @example("<", Scope.MID)
+@example("\\<|\\<|", Scope.MID)
+@example("\\<|\\|tool_call\\|>", Scope.START)
 def test_the_alternations_after_lt_match_as_the_whole_scopes(text: str, scope: Scope) -> None:
-    """`markers.alternations_at` leaves out the spellings that cannot begin with a `<` and the
-    character after it: complete and partial, every match is the whole alternation's."""
+    """`markers.alternations_at` leaves out the spellings that cannot begin with a `<` (escaped
+    or not) and the character after it: complete and partial, every match is the whole
+    alternation's."""
     full = markers.ALTERNATIONS[scope]
-    for end in {len(text), min(len(text), 2), min(len(text), 5)}:
+    for end in {len(text), min(len(text), 2), min(len(text), 3), min(len(text), 5)}:
         some = markers.alternations_at(scope, text, 0, end)
         assert _match_key(some.whole.match(text, 0, end)) == _match_key(
             full.whole.match(text, 0, end)

@@ -301,7 +301,6 @@ def has_needle(text: str) -> bool:
 
 
 _ALPHABET = [chr(c) for c in range(32, 127)] + list("\t\n｜‖▁◁▷")
-_ALPHABET_SET = frozenset(_ALPHABET)
 
 
 def _followers(prefix: str) -> str:
@@ -354,33 +353,41 @@ ALTERNATIONS = {
         (Scope.MID, AT_MID, PARTIAL_AT_MID),
     )
 }
-# The same for each `<` and the character after it (the opener ordinary text holds most: HTML,
-# generics, comparisons), with only the spellings that may begin with those two. A character
-# of `_ALPHABET` that follows `<` in no spelling leaves none.
-_AFTER_LT = {
-    (scope, second): _alternations(
-        scope,
-        frozenset(i for i in IN_SCOPE[scope] if PARTIAL_EACH[i].match("<" + second, partial=True)),
-    )
-    for scope in (Scope.START, Scope.MID)
-    for second in FOLLOWERS["<"]
-}
-_NONE = {scope: _alternations(scope, frozenset()) for scope in (Scope.START, Scope.MID)}
+
+
+# The same for each `<` (escaped or not) and the character after it (the opener ordinary text
+# holds most: HTML, generics, comparisons), with only the spellings that may begin with those
+# characters: none for most of `_ALPHABET`.
+def _after_lt() -> dict[tuple[Scope, str], Alternations]:
+    compiled: dict[tuple[Scope, frozenset[int]], Alternations] = {}
+    table = {}
+    for scope in (Scope.START, Scope.MID):
+        for head in (f"{lt}{second}" for lt in ("<", "\\<") for second in _ALPHABET):
+            only = frozenset(
+                i for i in IN_SCOPE[scope] if PARTIAL_EACH[i].match(head, partial=True)
+            )
+            if (scope, only) not in compiled:
+                compiled[scope, only] = _alternations(scope, only)
+            table[scope, head] = compiled[scope, only]
+    return table
+
+
+_AFTER_LT = _after_lt()
 
 
 def alternations_at(scope: Scope, t: str, j: int, end: int) -> Alternations:
     """The alternations to try at `j` in `t[:end]`. Its match is the scope's, complete or
     partial: an alternation's is that of its first alternative that matches, and a spelling
-    left out cannot begin with the two characters there, so it fails within them (before the
-    end of a text that holds both) and adds no partial match either."""
-    if end - j >= 2 and t[j] == "<":
-        second = t[j + 1]
-        found = _AFTER_LT.get((scope, second))
-        if found is not None:
-            return found
-        if second in _ALPHABET_SET:
-            return _NONE[scope]
-    return ALTERNATIONS[scope]
+    left out cannot begin with the characters there, so it fails within them (before the end
+    of a text that holds them all) and adds no partial match either."""
+    first = t[j]
+    if first == "<" and end - j >= 2:
+        found = _AFTER_LT.get((scope, t[j : j + 2]))
+    elif first == "\\" and end - j >= 3 and t[j + 1] == "<":
+        found = _AFTER_LT.get((scope, t[j : j + 3]))
+    else:
+        found = None
+    return ALTERNATIONS[scope] if found is None else found
 
 
 def spelling_index(match: re.Match[str] | regex.Match[str]) -> int:
