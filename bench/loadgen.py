@@ -60,11 +60,13 @@ class Result:
 
 
 class Counter:
-    """Events received inside the measuring window, over all connections."""
+    """Events received inside the measuring window, over all connections (`events`), and
+    over the whole run (`total`)."""
 
     def __init__(self) -> None:
         self.on = False
         self.events = 0
+        self.total = 0
 
 
 class Gaps:
@@ -147,8 +149,10 @@ class Client(asyncio.Protocol):
         scan = self.tail + piece
         found = scan.count(b"data: ") - self.tail.count(b"data: ")
         result.events += found
-        if self.counter is not None and self.counter.on:
-            self.counter.events += found
+        if self.counter is not None:
+            self.counter.total += found
+            if self.counter.on:
+                self.counter.events += found
         if found and self.gaps is not None:
             t = now()
             if result.t_event and self.gaps.on:
@@ -474,6 +478,7 @@ async def mode_sustain(args: argparse.Namespace) -> dict[str, Any]:
         "errors": errors,
         "error_pct": round(error_pct, 2),
         "events_per_s": round(counter.events / elapsed, 1),
+        "events_total": counter.total,  # the whole run's, ramp and tail included
         "gaps": gaps.count(),
         "gap_ms_p50": gaps.pct(50),
         "gap_ms_p99": gaps.pct(99),

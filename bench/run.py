@@ -43,10 +43,10 @@ BENCH = ROOT / "bench"
 PY = sys.executable
 KEY = "sk-bench-7f3a9c2e41d84b6f9a0e5c3d2b1f8e7a6c5d4b3a2f1e0d9c"  # LiteLLM's master key too
 PORTS = {"upstream": 9100, "floor": 9201, "floor_parse": 9202, "retry": 9203, "observe": 9204}
-PORTS |= {"litellm": 9205, "workers": 9206, "base": 9207}
+PORTS |= {"litellm": 9205, "workers": 9206, "base": 9207, "nginx": 9208, "splice": 9209}
 DEFAULT_SECTIONS = "nonstream,stream,sustained,bound,memory,components"
 ALL_SECTIONS = DEFAULT_SECTIONS + ",workers,detect"
-SUSTAIN_LEVELS = [50, 250, 375, 500, 750, 1000, 1500, 2000, 2500, 3000]  # streams at once, in turn
+SUSTAIN_LEVELS = [250, 375, 500, 750, 1000, 1500, 2000, 2500, 3000]  # streams at once, in turn
 STALL_MS = 100  # a gap between deltas longer than this at the client is a stall
 TARGET_CLIENTS = 50  # the non-streamed throughput target is read at this many clients
 BOUND_P99_MS = 5.0  # the latency bound of the `bound` section
@@ -97,6 +97,7 @@ class Plan:
     bound_steps: int = 5
     bound_seconds: float = 3
     litellm: Path | None = None
+    nginx: Path | None = None
     baseline: Path | None = None
     sections: list[str] = field(default_factory=list)
     sg_args: list[str] = field(default_factory=list)
@@ -386,6 +387,35 @@ def measured(fn: Any, *args: Any, **kw: Any) -> dict:
 # ---- the proxies -------------------------------------------------------------------------------
 
 
+# One worker (one core), unbuffered both ways, upstream connections kept alive: what a
+# deployment of nginx in front of a streaming API does, with logging off.
+NGINX_CONF = """\
+worker_processes 1;
+daemon off;
+pid nginx.pid;
+error_log logs/error.log warn;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+  client_body_temp_path logs/body;
+  proxy_temp_path logs/proxy;
+  upstream spillguard_bench {{ server 127.0.0.1:{upstream}; keepalive 4096; }}
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location / {{
+      proxy_pass http://spillguard_bench;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 120s;
+    }}
+  }}
+}}
+"""
+
+
 @dataclass
 class Row:
     key: str
@@ -425,6 +455,21 @@ def start_row(
         proc.wait_http(row.port, "/healthz")
         if workers > 1:
             time.sleep(3)  # every worker up, not just the first
+        return proc
+    if row.key == "splice":
+        argv = [PY, "-m", "bench.splice", "--port", str(row.port)]
+        argv += ["--upstream-port", str(PORTS["upstream"])]
+        proc = stack.start(row.key, argv, cpu)
+        proc.wait_http(row.port, "/v1/models")
+        return proc
+    if row.key == "nginx":
+        assert plan.nginx is not None
+        prefix = out / "nginx"
+        (prefix / "logs").mkdir(parents=True, exist_ok=True)
+        (prefix / "nginx.conf").write_text(NGINX_CONF.format(port=row.port, **PORTS))
+        argv = [str(plan.nginx), "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
+        proc = stack.start(row.key, argv, cpu)
+        proc.wait_http(row.port, "/v1/models")
         return proc
     if row.key == "litellm":
         assert plan.litellm is not None
@@ -520,6 +565,8 @@ LABELS = {
     "observe": "spillguard observe",
     "base": "spillguard retry (baseline)",
     "litellm": "LiteLLM proxy",
+    "nginx": "nginx proxy_pass",
+    "splice": "Python TCP splice",
 }
 
 
@@ -528,6 +575,8 @@ def rows_for(plan: Plan, *keys: str) -> list[Row]:
     rows = []
     for key in keys:
         if (key == "litellm" and plan.litellm is None) or (key == "base" and not plan.baseline):
+            continue
+        if key == "nginx" and plan.nginx is None:
             continue
         port = PORTS["upstream"] if key == "direct" else PORTS[key]
         rows.append(Row(key, LABELS[key], port))
@@ -694,14 +743,16 @@ def streamed(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
 
 def sustained(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
     """The most paced streams each row holds at once with no stall and under 1% errors: each
-    level in turn for every row still holding, until the upstream direct (the harness's own
-    limit) or every row stops holding."""
-    live, failed = live_rows.get(rows_for(plan, "direct", "floor", "retry", "base", "litellm"))
+    level in turn for every row still holding, until no proxy holds. The upstream direct is
+    not the harness's limit: with no proxy on the other core, the kernel's loopback work for
+    both ends of every stream falls on the load's core, and nginx has held levels it did not."""
+    keys = ("direct", "nginx", "splice", "floor", "retry", "base", "litellm")
+    live, failed = live_rows.get(rows_for(plan, *keys))
     model = f"sustain:{plan.sustain_delta_ms}:{plan.sustain_deltas}"
     points: dict[str, list[dict]] = {row.key: [] for row, _ in live}
     holding = {row.key for row, _ in live}
     for conc in plan.sustain_levels:
-        if not holding or "direct" not in holding:
+        if not holding - {"direct"}:
             break
         for row, proc in live:
             if row.key not in holding:
@@ -709,10 +760,15 @@ def sustained(live_rows: Live, plan: Plan, out: Path) -> list[dict]:
             url = f"http://127.0.0.1:{row.port}/v1"
             args = ["sustain", "--url", url, "--model", model, "-c", str(conc)]
             args += ["-d", str(plan.sustain_seconds), "--warmup", "0.5"]
+            cpu0 = _cpu(proc)
             try:
                 result = measured(loadgen, args)
             except LOST as exc:
                 result = {"concurrency": conc, "held": False, "error": str(exc)[-300:]}
+            if proc and result.get("events_total"):
+                # Over the whole point, ramp and tail too: each stream's setup is in it.
+                spent = _cpu(proc) - cpu0
+                result["cpu_us_per_chunk"] = round(1e6 * spent / result["events_total"], 1)
             result["rss_mb"] = proc.rss_mb() if proc else None
             result["settled_s"] = proc.settle() if proc else 0
             points[row.key].append(result)
@@ -980,6 +1036,10 @@ def machine() -> dict[str, Any]:
             from importlib.metadata import version
 
             versions[mod] = version(mod)
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    with contextlib.suppress(OSError):
+        done = subprocess.run([nginx, "-v"], capture_output=True, text=True)
+        versions["nginx"] = done.stderr.strip().rpartition("/")[2]
     wrk_v = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
     return {
         "nproc": os.cpu_count(),
@@ -992,6 +1052,13 @@ def machine() -> dict[str, Any]:
         "git_head": git("rev-parse", "--short", "HEAD"),
         "git_dirty_app": bool(git("status", "--porcelain", "app")),
     }
+
+
+def find_nginx(arg: str | None) -> Path | None:
+    if arg == "off":
+        return None
+    found = arg or shutil.which("nginx") or "/usr/sbin/nginx"
+    return Path(found) if Path(found).exists() else None
 
 
 def find_litellm(arg: str | None) -> Path | None:
@@ -1047,6 +1114,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--litellm", help="path to the litellm executable, or 'off' (default: look for one)"
+    )
+    parser.add_argument(
+        "--nginx", help="path to the nginx executable, or 'off' (default: look for one)"
     )
     parser.add_argument("--hold", type=int, default=1000, help="open streams for the memory test")
     parser.add_argument(
@@ -1109,6 +1179,7 @@ def main(argv: list[str] | None = None) -> int:
         bound_steps=3 if quick else 5,
         bound_seconds=2 if quick else 3,
         litellm=find_litellm(args.litellm),
+        nginx=find_nginx(args.nginx),
         baseline=args.baseline.resolve() if args.baseline else None,
         sections=[
             s.strip()
@@ -1134,6 +1205,8 @@ def main(argv: list[str] | None = None) -> int:
         "plan": {k: str(v) if isinstance(v, Path) else v for k, v in plan.__dict__.items()},
         "pinning": {"proxy": PROXY_CPU, "upstream_and_load": LOAD_CPU},
     }
+    if plan.nginx is None:
+        data["nginx_note"] = "nginx not found: apt-get install nginx-light (or nginx)"
     if plan.litellm is None:
         data["litellm_note"] = (
             "LiteLLM not found: install it in bench/out/litellm-venv (see bench/README.md)"
