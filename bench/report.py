@@ -258,23 +258,21 @@ def targets(data: dict) -> list[dict[str, Any]]:
         )
     else:
         add("sustained streams held with no stall", "n/a", f"{SUSTAIN_GOAL:,}+", None)
-    if s_floor and s_retry and s_floor["held"]:
-        ratio = s_retry["held"] / s_floor["held"]
-        add(
-            "sustained streams, retry / floor",
-            f"{ratio:.2f} ({_held(s_retry)} vs {_held(s_floor)})",
-            "beside the floor",
-            "reported",
-        )
-    s_splice = _row(su, "splice")
-    if s_splice and s_retry and "error" not in s_splice and s_splice["held"]:
-        add(
-            "sustained streams, retry / Python TCP splice (no Python proxy that reads each "
-            "piece holds more than the splice)",
-            f"{s_retry['held'] / s_splice['held']:.2f} ({_held(s_retry)} vs {_held(s_splice)})",
+    for other, name, goal in (
+        (s_floor, "floor", "beside the floor"),
+        (
+            _row(su, "splice"),
+            "Python TCP splice (no Python proxy that reads each piece holds more than the splice)",
             "beside Python's own limit",
-            "reported",
-        )
+        ),
+    ):
+        if s_retry and other and "error" not in other and other["held"]:
+            add(
+                f"sustained streams, retry / {name}",
+                f"{_held_ratio(s_retry, other)} ({_held(s_retry)} vs {_held(other)})",
+                goal,
+                "reported",
+            )
     bd = data.get("bound") or []
     b_retry, b_floor = _row(bd, "retry"), _row(bd, "floor")
     if b_retry and b_floor:
@@ -313,6 +311,14 @@ def targets(data: dict) -> list[dict[str, Any]]:
             True,
         )
     return out
+
+
+def _held_ratio(row: dict, other: dict) -> str:
+    """`row`'s level over `other`'s; `< x` when `row` held not even the first level tried."""
+    if row["held"]:
+        return f"{row['held'] / other['held']:.2f}"
+    tried = [lv["concurrency"] for lv in row.get("levels") or [] if "concurrency" in lv]
+    return f"< {min(tried) / other['held']:.2f}" if tried else "0.00"
 
 
 def _held(row: dict) -> str:
