@@ -427,6 +427,18 @@ def upstream_url() -> str:
     return f"http://127.0.0.1:{PORTS['upstream']}/v1"
 
 
+def _bound_argv(row: Row, plan: Plan, out: Path) -> list[str]:
+    """The command of a row that bounds what a proxy holds: the Python splice, or nginx."""
+    if row.key == "splice":
+        port, upstream = str(row.port), str(PORTS["upstream"])
+        return [PY, "-m", "bench.splice", "--port", port, "--upstream-port", upstream]
+    assert plan.nginx is not None
+    prefix = out / "nginx"
+    (prefix / "logs").mkdir(parents=True, exist_ok=True)
+    (prefix / "nginx.conf").write_text(NGINX_CONF.format(port=row.port, **PORTS))
+    return [str(plan.nginx), "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
+
+
 def start_row(
     stack: Stack, row: Row, plan: Plan, out: Path, cpu: str | None = PROXY_CPU, workers: int = 1
 ) -> Proc | None:
@@ -456,19 +468,8 @@ def start_row(
         if workers > 1:
             time.sleep(3)  # every worker up, not just the first
         return proc
-    if row.key == "splice":
-        argv = [PY, "-m", "bench.splice", "--port", str(row.port)]
-        argv += ["--upstream-port", str(PORTS["upstream"])]
-        proc = stack.start(row.key, argv, cpu)
-        proc.wait_http(row.port, "/v1/models")
-        return proc
-    if row.key == "nginx":
-        assert plan.nginx is not None
-        prefix = out / "nginx"
-        (prefix / "logs").mkdir(parents=True, exist_ok=True)
-        (prefix / "nginx.conf").write_text(NGINX_CONF.format(port=row.port, **PORTS))
-        argv = [str(plan.nginx), "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
-        proc = stack.start(row.key, argv, cpu)
+    if row.key in ("splice", "nginx"):
+        proc = stack.start(row.key, _bound_argv(row, plan, out), cpu)
         proc.wait_http(row.port, "/v1/models")
         return proc
     if row.key == "litellm":
