@@ -77,11 +77,11 @@ class _Client(_Side):
         # uvloop may call `connection_made` a turn later than the connection is handed here.
         up.transport = transport
         up.peer, self.peer = self, up
-        if self.transport.is_closing():
-            transport.close()
-            return
         transport.write(b"".join(self.early))
         self.early.clear()
+        if self.transport.is_closing():  # gone already: its bytes go first, then the close
+            transport.close()
+            return
         self.transport.resume_reading()
 
 
