@@ -246,8 +246,7 @@ def targets(data: dict) -> list[dict[str, Any]]:
             f"{r['label']} {_held(r)}" for r in su if r["row"] != "retry" and "error" not in r
         )
         # Where nginx held no more, the harness may have stopped first: a lower bound only.
-        harness = s_nginx is not None and "error" not in s_nginx
-        harness = harness and s_nginx["held"] <= s_retry["held"]
+        harness = bool(s_nginx) and "error" not in s_nginx and s_nginx["held"] <= s_retry["held"]
         reached = s_retry["held"] >= SUSTAIN_GOAL
         add(
             "sustained streams (64 deltas, 20 ms apart) held with no stall, retry",
@@ -313,20 +312,26 @@ def targets(data: dict) -> list[dict[str, Any]]:
     return out
 
 
+def _first_failed(row: dict) -> int | None:
+    """The first level a row that held none failed at (None for a row that held one)."""
+    tried = [lv["concurrency"] for lv in row.get("levels") or [] if "concurrency" in lv]
+    return None if row["held"] or not tried else min(tried)
+
+
 def _held_ratio(row: dict, other: dict) -> str:
     """`row`'s level over `other`'s; `< x` when `row` held not even the first level tried."""
-    if row["held"]:
+    failed = _first_failed(row)
+    if failed is None:
         return f"{row['held'] / other['held']:.2f}"
-    tried = [lv["concurrency"] for lv in row.get("levels") or [] if "concurrency" in lv]
-    return f"< {min(tried) / other['held']:.2f}" if tried else "0.00"
+    return f"< {failed / other['held']:.2f}"
 
 
 def _held(row: dict) -> str:
     """Streams a row held, `>= N` when it still held at the last level the run tried, `< N`
     when it held not even the first."""
-    tried = [lv["concurrency"] for lv in row.get("levels") or [] if "concurrency" in lv]
-    if not row["held"] and tried:
-        return f"< {min(tried):,}"
+    failed = _first_failed(row)
+    if failed is not None:
+        return f"< {failed:,}"
     return (">= " if row.get("capped") else "") + f"{row['held']:,}"
 
 

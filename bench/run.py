@@ -1017,7 +1017,7 @@ def _ceilings(data: dict) -> dict[str, float]:
     return out
 
 
-def machine() -> dict[str, Any]:
+def machine(nginx: Path | None = None) -> dict[str, Any]:
     cpu = platform.processor()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -1038,9 +1038,8 @@ def machine() -> dict[str, Any]:
             from importlib.metadata import version
 
             versions[mod] = version(mod)
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    with contextlib.suppress(OSError):
-        done = subprocess.run([nginx, "-v"], capture_output=True, text=True)
+    if nginx is not None:
+        done = subprocess.run([str(nginx), "-v"], capture_output=True, text=True)
         versions["nginx"] = done.stderr.strip().rpartition("/")[2]
     wrk_v = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
     return {
@@ -1203,7 +1202,7 @@ def main(argv: list[str] | None = None) -> int:
     data: dict[str, Any] = {
         "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": command,
-        "machine": machine(),
+        "machine": machine(plan.nginx),
         "plan": {k: str(v) if isinstance(v, Path) else v for k, v in plan.__dict__.items()},
         "pinning": {"proxy": PROXY_CPU, "upstream_and_load": LOAD_CPU},
     }

@@ -17,72 +17,61 @@ from typing import cast
 
 
 class _Side(asyncio.Protocol):
-    """One socket of a pair: what it reads goes to `peer`; when the peer's buffer is full this
-    side stops reading until it drains."""
+    """One socket of a pair: what it reads is written to `peer`, the other socket's transport,
+    and when this socket's buffer is full the peer stops reading until it drains. A client's
+    `peer` is None while its upstream connection opens; what it sends meanwhile is kept
+    (uvloop may read once more after `pause_reading` in `connection_made`)."""
 
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.peer: _Side | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+    def __init__(self, peer: asyncio.Transport | None) -> None:
+        self.peer = peer
+        self.early: list[bytes] = []
 
     def data_received(self, data: bytes) -> None:
-        assert self.peer is not None and self.peer.transport is not None
-        self.peer.transport.write(data)
+        if self.peer is not None:
+            self.peer.write(data)
+        else:
+            self.early.append(data)
 
     def pause_writing(self) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.pause_reading()
+        if self.peer is not None:
+            self.peer.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.resume_reading()
+        if self.peer is not None:
+            self.peer.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
+        if self.peer is not None:
+            self.peer.close()
 
 
 class _Client(_Side):
-    """The client's socket: what it sends before its upstream connection is open is kept
-    (uvloop may read once more after `pause_reading` in `connection_made`)."""
+    """The client's socket, unread until its upstream connection is open."""
 
     def __init__(self, upstream: tuple[str, int]) -> None:
-        super().__init__()
+        super().__init__(None)
         self.upstream = upstream
-        self.early: list[bytes] = []
         self.task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        assert self.transport is not None
-        self.transport.pause_reading()
-        self.task = asyncio.get_running_loop().create_task(self._connect())
+        client = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        client.pause_reading()
+        self.task = asyncio.get_running_loop().create_task(self._connect(client))
 
-    def data_received(self, data: bytes) -> None:
-        if self.peer is None:
-            self.early.append(data)
-        else:
-            super().data_received(data)
-
-    async def _connect(self) -> None:
-        assert self.transport is not None
+    async def _connect(self, client: asyncio.Transport) -> None:
         loop = asyncio.get_running_loop()
         try:
-            transport, up = await loop.create_connection(_Side, *self.upstream)
+            up, _ = await loop.create_connection(lambda: _Side(client), *self.upstream)
         except OSError:
-            self.transport.close()
+            client.close()
             return
-        # uvloop may call `connection_made` a turn later than the connection is handed here.
-        up.transport = transport
-        up.peer, self.peer = self, up
-        transport.write(b"".join(self.early))
+        self.peer = up
+        up.write(b"".join(self.early))
         self.early.clear()
-        if self.transport.is_closing():  # gone already: its bytes go first, then the close
-            transport.close()
+        if client.is_closing():  # gone already: its bytes go first, then the close
+            up.close()
             return
-        self.transport.resume_reading()
+        client.resume_reading()
 
 
 async def serve(port: int, upstream: tuple[str, int]) -> None:

@@ -13,6 +13,7 @@ import faulthandler
 import importlib
 import itertools
 import pkgutil
+import random
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -199,8 +200,6 @@ def reference_fields(data: bytes) -> list[tuple[str | None, str | None]]:
 @example(data=b"data: a\r\r\r\n\n\r", seed=b"\x00" * 4)
 @example(data=b"\r" * 5000 + b"data: x", seed=b"seed")
 def test_sse_decoder_cut_anywhere_agrees_with_itself_and_the_spec(data: bytes, seed: bytes) -> None:
-    import random
-
     check_sse(data, random.Random(seed))
     decoder = SSEDecoder(max_event=len(data) + 1)
     events = decoder.feed(data) + decoder.flush()
@@ -254,16 +253,12 @@ def test_sse_decoder_completes_on_long_runs(data: bytes, events: int, with_data:
 @FUZZ
 @given(text=adversarial_text(), seed=st.binary(min_size=4, max_size=4))
 def test_scanner_streamed_equals_whole_on_adversarial_text(text: str, seed: bytes) -> None:
-    import random
-
     check_scanner(text, random.Random(seed))
 
 
 @FUZZ
 @given(text=adversarial_text(max_repeat=60), seed=st.binary(min_size=4, max_size=4))
 def test_chat_stream_agrees_with_whole_reply_on_adversarial_text(text: str, seed: bytes) -> None:
-    import random
-
     check_chat_stream(text, random.Random(seed))
 
 
@@ -278,8 +273,6 @@ HELD_TO_THE_END = '<|channel|>analysis<tool_call>{"name": "get_weatherroute_to<l
 )
 @pytest.mark.parametrize("seed", range(8))
 def test_prose_released_with_a_finding_at_the_end_goes_out(check_wire: Any, seed: int) -> None:
-    import random
-
     check_wire(HELD_TO_THE_END, random.Random(seed))
     check_wire("\n" + HELD_TO_THE_END, random.Random(seed))
     check_wire(" \n<|tool_call|>", random.Random(seed))  # blank prose: shown, or dropped whole
